@@ -1,0 +1,22 @@
+"""Rewrite every broker address a response carries into the matching proxy address."""
+
+from __future__ import annotations
+
+from protocol.rewrite import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+from protocol.rewrite import AddressMapper, carries_addresses, rewrite_addresses
+
+from .context import RequestContext
+from .stages import ResponseStage
+
+
+class AddressRewrite(ResponseStage):
+    api_keys = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH})
+
+    def __init__(self, mapper: AddressMapper) -> None:
+        self.mapper = mapper
+
+    def wants(self, api_key: int, api_version: int) -> bool:
+        return carries_addresses(api_key, api_version)
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | None:
+        return rewrite_addresses(ctx.api_key, ctx.api_version, body, self.mapper)

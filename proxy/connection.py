@@ -1,0 +1,307 @@
+"""One client connection and its own upstream broker connection.
+
+Each client connection gets exactly one upstream connection, so requests keep their order and
+any per-connection broker state (SASL, fetch sessions) stays with the client that made it.
+Both sides are callback-driven asyncio Protocols: `data_received` splits frames out of the
+received bytes (memoryview slices, no copy for whole frames), and flow control is explicit:
+when one side's transport cannot keep up, reading from the other side stops.
+
+Kafka clients require responses in request order, and the proxy may answer some requests itself,
+so requests wait in one ordered queue (`_inflight`) and a response is written only once every
+earlier response has been.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, cast
+
+from config import HostPort
+from protocol.errors import ProtocolError
+from protocol.framing import FrameDecoder
+from protocol.headers import frame_response, parse_request_header, response_body_offset
+from protocol.headers import response_correlation_id
+from protocol.produce import PRODUCE, produce_acks
+
+from .context import ConnectionInfo, RequestContext
+from .stages import Reply
+
+if TYPE_CHECKING:
+    from .server import Proxy
+
+log = logging.getLogger("kafka_quota_proxy.connection")
+
+# A broker response is not bounded by socket.request.max.bytes (fetch.max.bytes can exceed it),
+# only by the protocol's int32 size.
+MAX_RESPONSE_BYTES = 2**31 - 1
+
+
+class ReadGate:
+    """Pauses a transport's reading while any reason to pause holds."""
+
+    __slots__ = ("transport", "reasons")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.reasons: set[str] = set()
+
+    def pause(self, reason: str) -> None:
+        if not self.reasons and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self.reasons.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason in self.reasons:
+            self.reasons.discard(reason)
+            if not self.reasons and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+
+class _Pending:
+    """A request waiting for its response; `response` is set when the response is ready."""
+
+    __slots__ = ("ctx", "response")
+
+    def __init__(self, ctx: RequestContext, response: bytes | memoryview | None = None) -> None:
+        self.ctx = ctx
+        self.response = response
+
+
+class ClientConnection(asyncio.Protocol):
+    """A Kafka client's connection to one proxy listener."""
+
+    def __init__(self, proxy: Proxy, listener: str, targets: Callable[[], Sequence[HostPort]]) -> None:
+        self.proxy = proxy
+        self.listener = listener
+        self.targets = targets
+        self.decoder = FrameDecoder(proxy.settings.max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.upstream: UpstreamConnection | None = None
+        self.gate: ReadGate | None = None
+        self.info = ConnectionInfo("?", listener)
+        self._inflight: deque[_Pending] = deque()  # every request that will get a response
+        self._awaiting: deque[_Pending] = deque()  # the subset forwarded to the broker
+        self._draining = False
+        self._closed = False
+        self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
+
+    # -- client side ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.info.peer = str(HostPort(str(peer[0]), int(peer[1])))
+        self.gate = ReadGate(self.transport)
+        self.gate.pause("connecting")
+        self.proxy.connection_opened(self)
+        self._connect_task = asyncio.get_running_loop().create_task(self._connect_upstream())
+
+    async def _connect_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = self.proxy.settings.connect_timeout_seconds
+        errors = []
+        for target in self.targets():
+            try:
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(lambda: UpstreamConnection(self), target.host, target.port),
+                    timeout,
+                )
+            except (OSError, asyncio.TimeoutError) as exc:
+                self.proxy.metrics.upstream_connect_failures.inc()
+                errors.append(f"{target}: {exc or 'timed out'}")
+                continue
+            if self._closed:
+                upstream.transport.close()  # type: ignore[union-attr]
+                return
+            self.upstream = upstream
+            early, self._early = self._early, []
+            for data in early:
+                self.data_received(data)
+            assert self.gate is not None
+            self.gate.resume("connecting")
+            return
+        if not self._closed:
+            log.warning("closing connection from %s: no broker reachable for %s (%s)",
+                        self.info.describe(), self.listener, "; ".join(errors) or "no known address")
+            self.close()
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        if self.upstream is None:
+            # Reading is paused until the broker connection is up, but a loop may still hand
+            # over what it had already read.
+            self._early.append(data)
+            return
+        out: list[memoryview] = []
+        try:
+            for frame in self.decoder.feed(data):
+                self._handle_request(frame, out)
+        except ProtocolError as exc:
+            self._bad_input(exc)
+            return
+        if out:
+            assert self.upstream is not None and self.upstream.transport is not None
+            self.upstream.transport.writelines(out)
+
+    def _handle_request(self, frame: memoryview, out: list[memoryview]) -> None:
+        header = parse_request_header(frame)
+        ctx = RequestContext(header, frame, self.info)
+        m = self.proxy.metrics.api(header.api_key)
+        m.requests.inc()  # type: ignore[attr-defined]
+        m.request_bytes.inc(len(frame))  # type: ignore[attr-defined]
+        if header.api_key == PRODUCE:
+            ctx.expects_response = produce_acks(frame, header.body_offset, header.api_version) != 0
+        for stage in self.proxy.pipeline.request_stages(header.api_key):
+            reply = stage.on_request(ctx)
+            if reply is not None:
+                self._answer_locally(ctx, reply)
+                return
+        if ctx.expects_response:
+            pending = _Pending(ctx)
+            self._inflight.append(pending)
+            self._awaiting.append(pending)
+        ctx.sent_at = self.proxy.loop.time()
+        out.append(frame)
+
+    def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
+        hv = ctx.header.spec.response_header_version(ctx.api_version) if ctx.header.spec else 0
+        self._inflight.append(_Pending(ctx, frame_response(ctx.header.correlation_id, hv, reply.body)))
+        self._flush()
+
+    def _bad_input(self, exc: ProtocolError) -> None:
+        self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
+        log.warning("closing connection from %s: %s: %s", self.info.describe(), exc.kind, exc)
+        self.close()
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.gate is not None:
+            self.upstream.gate.pause("client-busy")
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.gate is not None:
+            self.upstream.gate.resume("client-busy")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self.upstream is not None and self.upstream.transport is not None:
+            # close(), not abort(): requests already read (acks=0 records among them) still
+            # reach the broker.
+            self.upstream.transport.close()
+        elif not self._connect_task.done():
+            self._connect_task.cancel()
+        self.proxy.connection_closed(self)
+
+    # -- broker side -----------------------------------------------------------------------------
+
+    def on_response(self, frame: memoryview) -> None:
+        """Called by the upstream connection for each complete response frame."""
+        correlation_id = response_correlation_id(frame)
+        if not self._awaiting:
+            raise ProtocolError(f"unsolicited response (correlation id {correlation_id})")
+        pending = self._awaiting.popleft()
+        ctx = pending.ctx
+        if correlation_id != ctx.header.correlation_id:
+            raise ProtocolError(f"response correlation id {correlation_id}, expected "
+                                f"{ctx.header.correlation_id}")
+        m = self.proxy.metrics.api(ctx.api_key)
+        m.latency.observe(self.proxy.loop.time() - ctx.sent_at)  # type: ignore[attr-defined]
+        pending.response = self._run_response_stages(ctx, frame)
+        self._flush()
+
+    def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> bytes | memoryview:
+        stages = [s for s in self.proxy.pipeline.response_stages(ctx.api_key)
+                  if s.wants(ctx.api_key, ctx.api_version)]
+        if not stages:
+            return frame
+        spec = ctx.header.spec
+        assert spec is not None
+        header_version = spec.response_header_version(ctx.api_version)
+        body = frame[response_body_offset(frame, header_version):]
+        changed = False
+        for stage in stages:
+            new_body = stage.on_response(ctx, body)
+            if new_body is not None:
+                body = memoryview(new_body)
+                changed = True
+        if not changed:
+            return frame
+        return frame_response(ctx.header.correlation_id, header_version, bytes(body))
+
+    def _flush(self) -> None:
+        """Write every response at the head of the queue that is ready, in order."""
+        inflight = self._inflight
+        transport = self.transport
+        assert transport is not None
+        while inflight and inflight[0].response is not None:
+            pending = inflight.popleft()
+            response = pending.response
+            assert response is not None
+            if not self._closed:
+                transport.write(response)
+            self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(len(response))  # type: ignore[attr-defined]
+        if self._draining and not inflight:
+            self.close()
+
+    def upstream_lost(self, reason: str | None) -> None:
+        if not self._closed:
+            if reason:
+                log.info("closing connection from %s: broker connection lost: %s",
+                            self.info.describe(), reason)
+            self.close()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def begin_drain(self) -> None:
+        """Stop reading new requests; close once every in-flight request has its response."""
+        self._draining = True
+        if self.gate is not None:
+            self.gate.pause("shutdown")
+        if not self._inflight:
+            self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """The proxy's connection to a broker on behalf of one client connection."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self.client = client
+        self.decoder = FrameDecoder(MAX_RESPONSE_BYTES)
+        self.transport: asyncio.Transport | None = None
+        self.gate: ReadGate | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.gate = ReadGate(self.transport)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for frame in self.decoder.feed(data):
+                self.client.on_response(frame)
+        except ProtocolError as exc:
+            self.client.proxy.metrics.protocol_errors.labels("broker_" + exc.kind).inc()
+            log.error("bad response from broker %s for client %s: %s",
+                      self.transport.get_extra_info("peername") if self.transport else "?",
+                      self.client.info.describe(), exc)
+            if self.transport is not None:
+                self.transport.abort()
+            self.client.upstream_lost(None)
+
+    def pause_writing(self) -> None:
+        if self.client.gate is not None:
+            self.client.gate.pause("upstream-busy")
+
+    def resume_writing(self) -> None:
+        if self.client.gate is not None:
+            self.client.gate.resume("upstream-busy")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost(str(exc) if exc else "closed by the broker")

@@ -1,0 +1,72 @@
+"""The request and response stage chains.
+
+A request passes the request stages in order, then goes to the broker; its response passes the
+response stages, then goes to the client. Each stage names the API keys it cares about, and the
+chain for a key is computed once, so a frame no stage asked for is forwarded without any work
+beyond reading its header. Adding a concern (a quota type, say) adds a stage and touches nothing
+else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from .context import RequestContext
+
+
+@dataclass(slots=True)
+class Reply:
+    """A response body produced by the proxy itself: the request is not forwarded."""
+
+    body: bytes
+
+
+class RequestStage:
+    """Looks at (and may answer) a request before it is forwarded."""
+
+    api_keys: frozenset[int] | None = None  # None: every request
+
+    def on_request(self, ctx: RequestContext) -> Reply | None:
+        """Return a Reply to answer the request here, or None to pass it on."""
+        return None
+
+
+class ResponseStage:
+    """Looks at (and may replace) a response body before it reaches the client."""
+
+    api_keys: frozenset[int] | None = None
+
+    def wants(self, api_key: int, api_version: int) -> bool:
+        """Finer filter than api_keys, checked per response (e.g. only some versions)."""
+        return True
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | None:
+        """Return a new body, or None to leave the response as it is."""
+        return None
+
+
+def _for_key(stages: Iterable[RequestStage | ResponseStage], api_key: int) -> tuple:
+    return tuple(s for s in stages if s.api_keys is None or api_key in s.api_keys)
+
+
+class Pipeline:
+    """The two chains, with the per-key selection cached."""
+
+    def __init__(self, request: Sequence[RequestStage], response: Sequence[ResponseStage]) -> None:
+        self._request = tuple(request)
+        self._response = tuple(response)
+        self._request_by_key: dict[int, tuple[RequestStage, ...]] = {}
+        self._response_by_key: dict[int, tuple[ResponseStage, ...]] = {}
+
+    def request_stages(self, api_key: int) -> tuple[RequestStage, ...]:
+        found = self._request_by_key.get(api_key)
+        if found is None:
+            found = self._request_by_key[api_key] = _for_key(self._request, api_key)
+        return found
+
+    def response_stages(self, api_key: int) -> tuple[ResponseStage, ...]:
+        found = self._response_by_key.get(api_key)
+        if found is None:
+            found = self._response_by_key[api_key] = _for_key(self._response, api_key)
+        return found
