@@ -79,11 +79,12 @@ def parse_host_port(key: str, value: Any) -> HostPort:
 
 
 def _port(key: str, value: Any) -> int:
-    try:
-        port = int(value)
-    except (TypeError, ValueError):
-        raise ConfigError(key, f"port must be a whole number, got {value!r}") from None
-    if isinstance(value, bool) or not 1 <= port <= 65535:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(key, f"port must be a whole number, got {value!r}")
+    port = value
+    if not 1 <= port <= 65535:
         raise ConfigError(key, f"port must be in 1..65535, got {value!r}")
     return port
 

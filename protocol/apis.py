@@ -55,13 +55,11 @@ def _message_classes() -> dict[tuple[int, str], Any]:
     for name in modules:
         mod = importlib.import_module(name)
         for obj in vars(mod).values():
-            if (
-                isinstance(obj, type)
-                and issubclass(obj, ApiMessage)
-                and getattr(obj, "_json", None) is not None
-                and "apiKey" in obj._json
-            ):
-                found[(obj.API_KEY, obj.type)] = obj
+            if not (isinstance(obj, type) and issubclass(obj, ApiMessage)):
+                continue
+            cls: Any = obj
+            if getattr(cls, "_json", None) is not None and "apiKey" in cls._json:
+                found[(cls.API_KEY, cls.type)] = cls
     return found
 
 

@@ -7,9 +7,9 @@ from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
 from .apis import API_VERSIONS, codec
+from .errors import MalformedMessage
 from .headers import response_body_offset, response_correlation_id
 from .messages import decode_response
-from .errors import MalformedMessage
 
 METADATA = 3
 CLIENT_ID = "kafka-quota-proxy"

@@ -14,7 +14,7 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from config import ConfigError, Settings, load_file, merge
@@ -64,21 +64,23 @@ def configure_logging(level: str) -> None:
                         stream=sys.stderr)
 
 
+def run_loop(main: Coroutine[Any, Any, Any]) -> Any:
+    """Run on uvloop where it is installed (not on Windows), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
 def _run(argv: Sequence[str]) -> int:
     settings = settings_from_args(argv)
     configure_logging(settings.log_level)
     from .server import Proxy
 
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on every supported platform
-        uvloop = None
     proxy = Proxy(settings)
     try:
-        if uvloop is not None:
-            uvloop.run(proxy.run_until_signalled())
-        else:
-            asyncio.run(proxy.run_until_signalled())
+        run_loop(proxy.run_until_signalled())
     except OSError as exc:
         print(f"kafka-quota-proxy: cannot start: {exc.strerror or exc}", file=sys.stderr)
         return 1

@@ -46,6 +46,12 @@ class Cluster:
         if not 1 <= proxy_port <= 65535:
             raise RoutingError(f"broker {node_id} maps to port {proxy_port}, outside 1..65535; "
                                f"set node_port_base lower or pin it under node_ports")
+        taken = {self.settings.listen.port: "the bootstrap listener"}
+        if self.settings.metrics is not None:
+            taken[self.settings.metrics.port] = "the metrics endpoint"
+        if proxy_port in taken:
+            raise RoutingError(f"broker {node_id} maps to port {proxy_port}, which is "
+                               f"{taken[proxy_port]}; pin another under node_ports")
         if node_id not in self._listening:
             self._listen(node_id, proxy_port)
         return self.settings.effective_advertised_host, proxy_port
@@ -93,7 +99,7 @@ class Cluster:
         while True:
             try:
                 brokers = await self.fetch_brokers()
-            except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
+            except (TimeoutError, OSError, ProtocolError) as exc:
                 level = logging.WARNING if reachable is not False else logging.DEBUG
                 log.log(level, "cannot reach any upstream broker (%s): retrying every few seconds; "
                         "the proxy keeps accepting clients meanwhile", exc)
@@ -118,7 +124,7 @@ class Cluster:
         for target in self.bootstrap_targets():
             try:
                 return await asyncio.wait_for(self._ask(target), self.settings.connect_timeout_seconds)
-            except (OSError, asyncio.TimeoutError, ProtocolError) as exc:
+            except (TimeoutError, OSError, ProtocolError) as exc:
                 errors.append(f"{target}: {exc or type(exc).__name__}")
         raise OSError("; ".join(errors))
 
