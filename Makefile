@@ -1,0 +1,30 @@
+# The two commands the README promises: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Starts an embedded Tansu broker and the proxy, runs a producer and a consumer through it with
+# a live view, and stops by itself (or on Ctrl-C), leaving nothing running.
+demo: $(STAMP)
+	$(BIN)/kafka-quota-proxy demo
+
+test: $(STAMP)
+	$(BIN)/ruff check protocol quota proxy config tests
+	$(BIN)/mypy
+	$(BIN)/pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check protocol quota proxy config tests
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info
