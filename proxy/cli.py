@@ -92,7 +92,10 @@ def _check_config(argv: Sequence[str]) -> int:
                                 description="Validate a config file and print the settings it gives.")
     p.add_argument("file")
     args = p.parse_args(argv)
-    settings = merge(load_file(args.file))
+    try:
+        settings = merge(load_file(args.file))
+    except ConfigError as exc:
+        raise ConfigError(exc.key, exc.message, exc.source or args.file) from None
     print(f"{args.file}: OK")
     print(f"  listen {settings.listen}, upstream {', '.join(map(str, settings.upstream))}")
     print(f"  clients are told host {settings.effective_advertised_host}; "

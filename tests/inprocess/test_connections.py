@@ -9,6 +9,7 @@ import pytest
 
 from protocol.headers import RequestHeader
 from tests.support.fake_broker import BrokerConn, list_groups_v0_body
+from tests.support.processes import free_port
 
 from .conftest import (
     correlation_id,
@@ -241,3 +242,41 @@ def test_slow_consumer_stops_the_proxy_reading_from_the_broker() -> None:
             writer.close()
     run(scenario())
 
+
+
+def test_broker_first_named_in_a_response_gets_a_listener_that_routes_to_it() -> None:
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
+
+    from tests.support.fake_broker import FakeBroker
+
+    async def scenario() -> None:
+        other = await FakeBroker().start()  # broker 2, not in any Metadata response
+        node2_port = free_port()
+
+        async def coordinator(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+            if header.api_key != 10:
+                return list_groups_v0_body()
+            resp = FindCoordinatorResponse(version=4, throttle_time_ms=0, coordinators=[
+                FindCoordinatorResponse.Coordinator(key="g1", node_id=2, host="127.0.0.1",
+                                                    port=other.port, error_code=0, error_message=None),
+                FindCoordinatorResponse.Coordinator(key="g2", node_id=-1, host="", port=-1,
+                                                    error_code=15, error_message="not available")])
+            return bytes(resp.encode(version=4))
+
+        async with running(coordinator, node_ports={1: free_port(), 2: node2_port}) as h:
+            reader, writer = await h.connect()
+            # FindCoordinator v4: key_type 0, coordinator_keys ["g1", "g2"], no tagged fields
+            body = b"\x00" + b"\x03" + b"\x03g1" + b"\x03g2" + b"\x00"
+            writer.write(request_frame(10, 4, 1, body, flexible=True))
+            response = await read_frame(reader)
+            msg = FindCoordinatorResponse.decode(response[9:], version=4)
+            assert [(c.node_id, c.host, c.port) for c in msg.coordinators] == [
+                (2, "127.0.0.1", node2_port), (-1, "", -1)]
+            r2, w2 = await h.connect(node2_port)
+            w2.write(list_groups(9))
+            assert correlation_id(await read_frame(r2)) == 9
+            assert [c.frames for c in other.conns] == [[list_groups(9)]]
+            writer.close()
+            w2.close()
+        await other.stop()
+    run(scenario())
