@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from protocol.rewrite import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
-from protocol.rewrite import AddressMapper, carries_addresses, rewrite_addresses
+from protocol.rewrite import (
+    DESCRIBE_CLUSTER,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    AddressMapper,
+    carries_addresses,
+    rewrite_addresses,
+)
 
 from .context import RequestContext
 from .stages import ResponseStage

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from protocol.apis import API_VERSIONS
 from protocol.api_versions import intersect, unsupported_version_body
+from protocol.apis import API_VERSIONS
 
 from .context import RequestContext
 from .stages import Reply, RequestStage, ResponseStage

@@ -17,13 +17,18 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
+from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
 from config import HostPort
 from protocol.errors import ProtocolError
 from protocol.framing import FrameDecoder
-from protocol.headers import frame_response, parse_request_header, response_body_offset
-from protocol.headers import response_correlation_id
+from protocol.headers import (
+    frame_response,
+    parse_request_header,
+    response_body_offset,
+    response_correlation_id,
+)
 from protocol.produce import PRODUCE, produce_acks
 
 from .context import ConnectionInfo, RequestContext
@@ -110,7 +115,7 @@ class ClientConnection(asyncio.Protocol):
                     loop.create_connection(lambda: UpstreamConnection(self), target.host, target.port),
                     timeout,
                 )
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 self.proxy.metrics.upstream_connect_failures.inc()
                 errors.append(f"{target}: {exc or 'timed out'}")
                 continue
@@ -165,7 +170,7 @@ class ClientConnection(asyncio.Protocol):
             pending = _Pending(ctx)
             self._inflight.append(pending)
             self._awaiting.append(pending)
-        ctx.sent_at = self.proxy.loop.time()
+        ctx.sent_at = perf_counter()
         out.append(frame)
 
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
@@ -209,7 +214,7 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError(f"response correlation id {correlation_id}, expected "
                                 f"{ctx.header.correlation_id}")
         m = self.proxy.metrics.api(ctx.api_key)
-        m.latency.observe(self.proxy.loop.time() - ctx.sent_at)  # type: ignore[attr-defined]
+        m.latency.observe(perf_counter() - ctx.sent_at)  # type: ignore[attr-defined]
         pending.response = self._run_response_stages(ctx, frame)
         self._flush()
 

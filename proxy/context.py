@@ -29,7 +29,9 @@ class RequestContext:
     frame: memoryview  # the whole request frame, size prefix included
     conn: ConnectionInfo
     expects_response: bool = True
-    sent_at: float = 0.0  # loop time when forwarded to the broker
+    # perf_counter() when forwarded: uvloop's loop.time() only ticks in whole milliseconds,
+    # too coarse for a proxy hop.
+    sent_at: float = 0.0
 
     @property
     def api_key(self) -> int:

@@ -47,7 +47,6 @@ class ProxyMetrics:
                                        "input, by kind", ["kind"], registry=r)
         self.upstream_connect_failures = Counter(p + "upstream_connect_failures", "Failed connection "
                                                  "attempts to brokers", registry=r)
-        self.upstream_brokers = Gauge(p + "upstream_brokers", "Brokers known from metadata", registry=r)
         self._apis: dict[int, ApiMetrics] = {}
 
     def api(self, api_key: int) -> ApiMetrics:

@@ -92,8 +92,10 @@ class Proxy:
         """Stop accepting, let in-flight requests finish, then close everything."""
         for server in self._servers:
             server.close()
-        for task in list(self._tasks):
+        tasks = list(self._tasks)
+        for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         pending = len(self.connections)
         if pending:
             log.info("shutting down: draining %d connection(s), up to %.0fs", pending,
@@ -102,7 +104,7 @@ class Proxy:
                 conn.begin_drain()
             try:
                 await asyncio.wait_for(self._all_closed.wait(), self.settings.shutdown_timeout_seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log.warning("shutdown timeout: closing %d connection(s) with requests in flight",
                             len(self.connections))
                 for conn in list(self.connections):
@@ -112,6 +114,7 @@ class Proxy:
             await server.wait_closed()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
+            self._metrics_server.server_close()
         log.info("stopped")
 
     async def run_until_signalled(self) -> None:
