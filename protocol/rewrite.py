@@ -3,14 +3,22 @@
 Covered: Metadata (brokers), FindCoordinator (v0-3 top-level node, v4+ `coordinators`),
 DescribeCluster (brokers), and KIP-951 `node_endpoints` in Produce (v10+) and Fetch (v16+).
 Each function takes the response body and returns the new body, or None when nothing changed.
+
+node_endpoints sits in the top-level tagged fields at the very end of Produce and Fetch
+responses, and brokers such as Tansu send it (often empty) on every response. So those bodies
+are never decoded: the walker finds the tagged section, only that section is rewritten, and the
+result is a `Splice` of the untouched body prefix (a memoryview, no copy) and the new tail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from .errors import MalformedMessage
 from .messages import decode_response, encode_body
+from .primitives import INT32, encode_uvarint, need, read_uvarint
 from .walk import tagged_fields, walker
 
 METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH = 3, 10, 60, 0, 1
@@ -51,18 +59,84 @@ def _describe_cluster(body: memoryview, version: int, mapper: AddressMapper) -> 
     return encode_body(msg)
 
 
-def _node_endpoints(api_key: int, version: int, body: memoryview, mapper: AddressMapper) -> bytes | None:
-    """Only decode the whole response when its tail actually carries node_endpoints."""
-    name = "ProduceResponse" if api_key == PRODUCE else "FetchResponse"
-    result = walker(name, version, True).walk(body, 0)
-    if NODE_ENDPOINTS_TAG not in tagged_fields(body, result.tags_at):
+@dataclass(frozen=True, slots=True)
+class Splice:
+    """A new body made of an unchanged prefix of the old one and a new tail."""
+
+    keep: memoryview
+    tail: bytes
+
+    def __len__(self) -> int:
+        return len(self.keep) + len(self.tail)
+
+    def join(self) -> bytes:
+        return bytes(self.keep) + self.tail
+
+
+def _compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
+    n, pos = read_uvarint(buf, pos)
+    if n == 0:
+        raise MalformedMessage("null host in node_endpoints")
+    need(buf, pos, n - 1)
+    return bytes(buf[pos : pos + n - 1]).decode("utf-8"), pos + n - 1
+
+
+def _skip_compact_nullable(buf: memoryview, pos: int) -> int:
+    n, pos = read_uvarint(buf, pos)
+    need(buf, pos, max(n - 1, 0))
+    return pos + max(n - 1, 0)
+
+
+def rewrite_node_endpoints_tag(value: memoryview, mapper: AddressMapper) -> bytes | None:
+    """Rewrite the value of a node_endpoints tag: a compact array of (node_id int32, host compact
+    string, port int32, rack compact nullable string, tagged fields). None if it is empty."""
+    n, pos = read_uvarint(value, 0)
+    if n <= 1:
         return None
-    msg = decode_response(api_key, version, body)
-    _rewrite_nodes(msg.node_endpoints, "node_id", mapper)
-    return encode_body(msg)
+    out = bytearray(encode_uvarint(n))
+    for _ in range(n - 1):
+        need(value, pos, 4)
+        (node_id,) = INT32.unpack_from(value, pos)
+        host, pos = _compact_string(value, pos + 4)
+        need(value, pos, 4)
+        (port,) = INT32.unpack_from(value, pos)
+        pos += 4
+        rest = pos  # rack and the entry's own tagged fields pass unchanged
+        pos = _skip_compact_nullable(value, pos)
+        count, pos = read_uvarint(value, pos)
+        for _ in range(count):
+            _, pos = read_uvarint(value, pos)
+            size, pos = read_uvarint(value, pos)
+            need(value, pos, size)
+            pos += size
+        new_host, new_port = mapper(node_id, host, port)
+        encoded_host = new_host.encode("utf-8")
+        out += INT32.pack(node_id) + encode_uvarint(len(encoded_host) + 1) + encoded_host
+        out += INT32.pack(new_port) + value[rest:pos]
+    if pos != len(value):
+        raise MalformedMessage("trailing bytes in node_endpoints")
+    return bytes(out)
 
 
-def rewrite_addresses(api_key: int, version: int, body: memoryview, mapper: AddressMapper) -> bytes | None:
+def _node_endpoints(api_key: int, version: int, body: memoryview, mapper: AddressMapper) -> Splice | None:
+    name = "ProduceResponse" if api_key == PRODUCE else "FetchResponse"
+    tags_at = walker(name, version, True).walk(body, 0).tags_at
+    tags = tagged_fields(body, tags_at)
+    if NODE_ENDPOINTS_TAG not in tags:
+        return None
+    start, end = tags[NODE_ENDPOINTS_TAG]
+    new_value = rewrite_node_endpoints_tag(body[start:end], mapper)
+    if new_value is None:
+        return None
+    tail = bytearray(encode_uvarint(len(tags)))
+    for tag, (start, end) in tags.items():
+        value = new_value if tag == NODE_ENDPOINTS_TAG else body[start:end]
+        tail += encode_uvarint(tag) + encode_uvarint(len(value)) + value
+    return Splice(body[:tags_at], bytes(tail))
+
+
+def rewrite_addresses(api_key: int, version: int, body: memoryview,
+                      mapper: AddressMapper) -> bytes | Splice | None:
     """The rewritten body, or None if this response carries no broker address."""
     if api_key == METADATA:
         return _metadata(body, version, mapper)

@@ -9,6 +9,7 @@ from protocol.rewrite import (
     METADATA,
     PRODUCE,
     AddressMapper,
+    Splice,
     carries_addresses,
     rewrite_addresses,
 )
@@ -26,5 +27,5 @@ class AddressRewrite(ResponseStage):
     def wants(self, api_key: int, api_version: int) -> bool:
         return carries_addresses(api_key, api_version)
 
-    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | None:
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Splice | None:
         return rewrite_addresses(ctx.api_key, ctx.api_version, body, self.mapper)

@@ -29,7 +29,9 @@ from protocol.headers import (
     response_body_offset,
     response_correlation_id,
 )
+from protocol.primitives import INT32
 from protocol.produce import PRODUCE, produce_acks
+from protocol.rewrite import Splice
 
 from .context import ConnectionInfo, RequestContext
 from .stages import Reply
@@ -65,12 +67,16 @@ class ReadGate:
                 self.transport.resume_reading()
 
 
+# A response ready to write: one buffer, or pieces written with writelines (no joining copy).
+Response = bytes | memoryview | list[bytes | memoryview]
+
+
 class _Pending:
     """A request waiting for its response; `response` is set when the response is ready."""
 
     __slots__ = ("ctx", "response")
 
-    def __init__(self, ctx: RequestContext, response: bytes | memoryview | None = None) -> None:
+    def __init__(self, ctx: RequestContext, response: Response | None = None) -> None:
         self.ctx = ctx
         self.response = response
 
@@ -218,24 +224,30 @@ class ClientConnection(asyncio.Protocol):
         pending.response = self._run_response_stages(ctx, frame)
         self._flush()
 
-    def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> bytes | memoryview:
+    def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> Response:
         stages = [s for s in self.proxy.pipeline.response_stages(ctx.api_key)
                   if s.wants(ctx.api_key, ctx.api_version)]
         if not stages:
             return frame
         spec = ctx.header.spec
         assert spec is not None
-        header_version = spec.response_header_version(ctx.api_version)
-        body = frame[response_body_offset(frame, header_version):]
+        body_at = response_body_offset(frame, spec.response_header_version(ctx.api_version))
+        body: memoryview | Splice = frame[body_at:]
         changed = False
         for stage in stages:
+            if isinstance(body, Splice):  # a later stage needs one contiguous body
+                body = memoryview(body.join())
             new_body = stage.on_response(ctx, body)
             if new_body is not None:
-                body = memoryview(new_body)
+                body = new_body if isinstance(new_body, Splice) else memoryview(new_body)
                 changed = True
         if not changed:
             return frame
-        return frame_response(ctx.header.correlation_id, header_version, bytes(body))
+        # The broker's response header (correlation id, header tags) is kept as it was.
+        prefix = INT32.pack(body_at - 4 + len(body)) + bytes(frame[4:body_at])
+        if isinstance(body, Splice):
+            return [prefix, body.keep, body.tail]  # the body itself is not copied
+        return prefix + bytes(body)
 
     def _flush(self) -> None:
         """Write every response at the head of the queue that is ready, in order."""
@@ -245,10 +257,16 @@ class ClientConnection(asyncio.Protocol):
         while inflight and inflight[0].response is not None:
             pending = inflight.popleft()
             response = pending.response
-            assert response is not None
-            if not self._closed:
-                transport.write(response)
-            self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(len(response))  # type: ignore[attr-defined]
+            if isinstance(response, list):
+                size = sum(len(piece) for piece in response)
+                if not self._closed:
+                    transport.writelines(response)
+            else:
+                assert response is not None
+                size = len(response)
+                if not self._closed:
+                    transport.write(response)
+            self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(size)  # type: ignore[attr-defined]
         if self._draining and not inflight:
             self.close()
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from protocol.rewrite import Splice
+
 from .context import RequestContext
 
 
@@ -41,8 +43,9 @@ class ResponseStage:
         """Finer filter than api_keys, checked per response (e.g. only some versions)."""
         return True
 
-    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | None:
-        """Return a new body, or None to leave the response as it is."""
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Splice | None:
+        """Return a new body (whole, or spliced onto a prefix of the old one), or None to leave
+        the response as it is."""
         return None
 
 

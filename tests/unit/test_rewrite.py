@@ -20,6 +20,7 @@ from protocol.rewrite import (
     FIND_COORDINATOR,
     METADATA,
     PRODUCE,
+    Splice,
     carries_addresses,
     rewrite_addresses,
 )
@@ -363,8 +364,13 @@ def test_node_endpoints_rewritten(api_key: int, version: int, build: Any, cls: A
     assert original[tags_at:] == node_endpoints_section(REAL)
 
     mapper = RecordingMapper()
-    out = rewrite_addresses(api_key, version, memoryview(original), mapper)
-    assert out is not None
+    view = memoryview(original)
+    spliced = rewrite_addresses(api_key, version, view, mapper)
+    # Only the tagged section is new; the rest is a view of the original bytes, not a copy.
+    assert isinstance(spliced, Splice)
+    assert spliced.keep.obj is original and len(spliced.keep) == tags_at
+    assert len(spliced) == len(spliced.join())
+    out = spliced.join()
     assert out == enc(build(version, MAPPED), version)
     assert mapper.calls == [(n, *REAL[n]) for n in ENDPOINT_IDS]
     assert_no_real_address(out)
@@ -436,3 +442,16 @@ def test_carries_addresses() -> None:
 def test_errors_are_protocol_errors() -> None:
     with pytest.raises(ProtocolError):
         rewrite_addresses(DESCRIBE_CLUSTER, 0, memoryview(b"\x00"), RecordingMapper())
+
+
+@pytest.mark.parametrize("api_key, version, build, cls", NODE_ENDPOINT_CASES,
+                         ids=[f"{c[3].__name__}-v{c[1]}" for c in NODE_ENDPOINT_CASES])
+def test_empty_node_endpoints_need_no_rewrite(api_key: int, version: int, build: Any, cls: Any) -> None:
+    # Tansu sends node_endpoints on every Produce/Fetch response, mostly empty.
+    without = enc(build(version, None), version)
+    assert without[-1:] == b"\x00"
+    original = without[:-1] + b"\x01\x00\x01\x01"  # one tag: 0, one byte: an empty array
+    assert cls.decode(original, version=version).node_endpoints == []
+    mapper = RecordingMapper()
+    assert rewrite_addresses(api_key, version, memoryview(original), mapper) is None
+    assert mapper.calls == []
