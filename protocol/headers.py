@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from .apis import API_VERSIONS, ApiSpec, spec_for
 from .errors import MalformedMessage, TruncatedMessage, UnsupportedApiVersion
-from .primitives import INT16, INT32, encode_uvarint, need, read_uvarint
+from .primitives import INT16, INT32, encode_uvarint, need, skip_tagged_fields
 
 # Offsets inside a frame (size prefix at 0..4).
 API_KEY_AT = 4
@@ -32,16 +32,6 @@ class RequestHeader:
     client_id: str | None
     body_offset: int  # offset of the request body inside the frame
     spec: ApiSpec | None  # None only for an ApiVersions request newer than the codec
-
-
-def skip_tagged_fields(buf: memoryview | bytes, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        need(buf, pos, size)
-        pos += size
-    return pos
 
 
 def parse_request_header(frame: memoryview) -> RequestHeader:

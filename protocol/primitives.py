@@ -38,6 +38,17 @@ def encode_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+def skip_tagged_fields(buf: memoryview | bytes, pos: int) -> int:
+    """Skip a tagged-field section (flexible versions): a count, then (tag, size, bytes) each."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        need(buf, pos, size)
+        pos += size
+    return pos
+
+
 def need(buf: memoryview | bytes, pos: int, n: int) -> None:
     if pos + n > len(buf):
         raise TruncatedMessage(f"needs {n} bytes at offset {pos}, message has {len(buf)}")

@@ -18,7 +18,7 @@ from typing import Any
 
 from .errors import MalformedMessage
 from .messages import decode_response, encode_body
-from .primitives import INT32, encode_uvarint, need, read_uvarint
+from .primitives import INT32, encode_uvarint, need, read_uvarint, skip_tagged_fields
 from .walk import tagged_fields, walker
 
 METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH = 3, 10, 60, 0, 1
@@ -102,13 +102,7 @@ def rewrite_node_endpoints_tag(value: memoryview, mapper: AddressMapper) -> byte
         (port,) = INT32.unpack_from(value, pos)
         pos += 4
         rest = pos  # rack and the entry's own tagged fields pass unchanged
-        pos = _skip_compact_nullable(value, pos)
-        count, pos = read_uvarint(value, pos)
-        for _ in range(count):
-            _, pos = read_uvarint(value, pos)
-            size, pos = read_uvarint(value, pos)
-            need(value, pos, size)
-            pos += size
+        pos = skip_tagged_fields(value, _skip_compact_nullable(value, pos))
         new_host, new_port = mapper(node_id, host, port)
         encoded_host = new_host.encode("utf-8")
         out += INT32.pack(node_id) + encode_uvarint(len(encoded_host) + 1) + encoded_host

@@ -17,7 +17,7 @@ from typing import Any
 from kafka.protocol.schemas import load_json
 
 from .errors import MalformedMessage
-from .primitives import INT16, INT32, need, read_uvarint
+from .primitives import INT16, INT32, need, read_uvarint, skip_tagged_fields
 
 Skip = Callable[[memoryview, int], int]
 
@@ -63,16 +63,6 @@ def _skip_sized(compact: bool, wide: bool) -> Skip:
         need(buf, pos, n)
         return pos + n
     return skip
-
-
-def _skip_tags(buf: memoryview, pos: int) -> int:
-    count, pos = read_uvarint(buf, pos)
-    for _ in range(count):
-        _, pos = read_uvarint(buf, pos)
-        size, pos = read_uvarint(buf, pos)
-        need(buf, pos, size)
-        pos += size
-    return pos
 
 
 def _skip_array(compact: bool, element: Skip) -> Skip:
@@ -129,7 +119,7 @@ def _struct_skip(fields: tuple[Any, ...], version: int, flexible: bool) -> Skip:
         for step in steps:
             pos = step(buf, pos)
         if flexible:
-            pos = _skip_tags(buf, pos)
+            pos = skip_tagged_fields(buf, pos)
         return pos
     return skip
 
@@ -158,7 +148,7 @@ class Walker:
             pos = step(buf, pos)
         tags_at = pos
         if self.flexible:
-            pos = _skip_tags(buf, pos)
+            pos = skip_tagged_fields(buf, pos)
         if pos != len(buf):
             raise MalformedMessage(f"{len(buf) - pos} trailing bytes after the message")
         return WalkResult(offsets, tags_at, pos)

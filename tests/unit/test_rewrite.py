@@ -25,6 +25,7 @@ from protocol.rewrite import (
     rewrite_addresses,
 )
 from protocol.walk import walker
+from tests.unit.encoding import compact_string, uvarint
 
 Address = tuple[str, int]
 
@@ -52,22 +53,6 @@ REAL = {n: (h, p) for n, (h, p, _) in BROKERS.items()}
 
 def enc(msg: Any, version: int) -> bytes:
     return bytes(msg.encode(version=version))
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def compact_string(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    raw = s.encode()
-    return uvarint(len(raw) + 1) + raw
 
 
 def assert_no_real_address(body: bytes) -> None:

@@ -12,6 +12,7 @@ from kafka.protocol.producer.produce import ProduceResponse
 
 from protocol.errors import MalformedMessage, ProtocolError, TruncatedMessage
 from protocol.walk import Walker, tagged_fields, walker
+from tests.unit.encoding import compact_string, uvarint
 
 PTopic = ProduceResponse.TopicProduceResponse
 PPart = PTopic.PartitionProduceResponse
@@ -22,22 +23,6 @@ THROTTLE = 0x01020304
 
 
 # --- an independent encoder for the parts the tests check ---------------------------------------------
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def compact_string(s: str | None) -> bytes:
-    if s is None:
-        return b"\x00"
-    raw = s.encode()
-    return uvarint(len(raw) + 1) + raw
 
 
 def node_endpoints_section(endpoints: list[tuple[int, str, int, str | None]]) -> bytes:
