@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .quota_settings import QuotaEntry, QuotaSettings, parse_quota_list, parse_quota_section
 
 DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -43,6 +44,9 @@ class Settings:
     metadata_refresh_seconds: float = 30.0
     connect_timeout_seconds: float = 10.0
     shutdown_timeout_seconds: float = 30.0
+    quota: QuotaSettings = QuotaSettings()
+    quotas: tuple[QuotaEntry, ...] = ()
+    config_path: str | None = None  # the YAML file these came from, watched for quota changes
 
     @property
     def effective_advertised_host(self) -> str:
@@ -149,6 +153,8 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "metadata_refresh_seconds": ("metadata_refresh_seconds", _positive_float),
     "connect_timeout_seconds": ("connect_timeout_seconds", _positive_float),
     "shutdown_timeout_seconds": ("shutdown_timeout_seconds", _positive_float),
+    "quota": ("quota", lambda k, v: parse_quota_section(v)),
+    "quotas": ("quotas", lambda k, v: tuple(parse_quota_list(v))),
 }
 
 
@@ -184,7 +190,9 @@ def load_file(path: str | Path) -> dict[str, Any]:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError("config", "the top level must be a mapping of keys to values", source)
-    return parse_values(raw, source)
+    values = parse_values(raw, source)
+    values["config_path"] = source
+    return values
 
 
 def merge(*layers: Mapping[str, Any]) -> Settings:

@@ -7,17 +7,17 @@ Each function takes the response body and returns the new body, or None when not
 node_endpoints sits in the top-level tagged fields at the very end of Produce and Fetch
 responses, and brokers such as Tansu send it (often empty) on every response. So those bodies
 are never decoded: the walker finds the tagged section, only that section is rewritten, and the
-result is a `Splice` of the untouched body prefix (a memoryview, no copy) and the new tail.
+result is `Pieces`: the untouched body prefix (a memoryview, no copy) and the new tail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from .errors import MalformedMessage
 from .messages import decode_response, encode_body
+from .pieces import Pieces
 from .primitives import INT32, encode_uvarint, need, read_uvarint, skip_tagged_fields
 from .walk import tagged_fields, walker
 
@@ -59,20 +59,6 @@ def _describe_cluster(body: memoryview, version: int, mapper: AddressMapper) -> 
     return encode_body(msg)
 
 
-@dataclass(frozen=True, slots=True)
-class Splice:
-    """A new body made of an unchanged prefix of the old one and a new tail."""
-
-    keep: memoryview
-    tail: bytes
-
-    def __len__(self) -> int:
-        return len(self.keep) + len(self.tail)
-
-    def join(self) -> bytes:
-        return bytes(self.keep) + self.tail
-
-
 def _compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
     n, pos = read_uvarint(buf, pos)
     if n == 0:
@@ -112,7 +98,7 @@ def rewrite_node_endpoints_tag(value: memoryview, mapper: AddressMapper) -> byte
     return bytes(out)
 
 
-def _node_endpoints(api_key: int, version: int, body: memoryview, mapper: AddressMapper) -> Splice | None:
+def _node_endpoints(api_key: int, version: int, body: memoryview, mapper: AddressMapper) -> Pieces | None:
     name = "ProduceResponse" if api_key == PRODUCE else "FetchResponse"
     tags_at = walker(name, version, True).walk(body, 0).tags_at
     tags = tagged_fields(body, tags_at)
@@ -126,11 +112,11 @@ def _node_endpoints(api_key: int, version: int, body: memoryview, mapper: Addres
     for tag, (start, end) in tags.items():
         value = new_value if tag == NODE_ENDPOINTS_TAG else body[start:end]
         tail += encode_uvarint(tag) + encode_uvarint(len(value)) + value
-    return Splice(body[:tags_at], bytes(tail))
+    return Pieces((body[:tags_at], bytes(tail)))
 
 
 def rewrite_addresses(api_key: int, version: int, body: memoryview,
-                      mapper: AddressMapper) -> bytes | Splice | None:
+                      mapper: AddressMapper) -> bytes | Pieces | None:
     """The rewritten body, or None if this response carries no broker address."""
     if api_key == METADATA:
         return _metadata(body, version, mapper)

@@ -107,13 +107,13 @@ def _field_skip(field: dict[str, Any], version: int, flexible: bool) -> Skip:
     raise ValueError(f"unknown field type {ftype}")
 
 
-def _inline_fields(fields: Any, version: int, flexible: bool) -> list[dict[str, Any]]:
+def inline_fields(fields: Any, version: int, flexible: bool) -> list[dict[str, Any]]:
     return [f for f in fields if _in(f.get("versions"), version)
             and not (flexible and _in(f.get("taggedVersions"), version) and "tag" in f)]
 
 
 def _struct_skip(fields: tuple[Any, ...], version: int, flexible: bool) -> Skip:
-    steps = [_field_skip(f, version, flexible) for f in _inline_fields(fields, version, flexible)]
+    steps = [_field_skip(f, version, flexible) for f in inline_fields(fields, version, flexible)]
 
     def skip(buf: memoryview, pos: int) -> int:
         for step in steps:
@@ -137,7 +137,7 @@ class Walker:
     def __init__(self, message: str, version: int, flexible: bool) -> None:
         data = load_json(message)
         self.flexible = flexible
-        fields = _inline_fields(data["fields"], version, flexible)
+        fields = inline_fields(data["fields"], version, flexible)
         self._names = [f["name"] for f in fields]
         self._steps = [_field_skip(f, version, flexible) for f in fields]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from protocol.pieces import Pieces
 from protocol.rewrite import (
     DESCRIBE_CLUSTER,
     FETCH,
@@ -9,7 +10,6 @@ from protocol.rewrite import (
     METADATA,
     PRODUCE,
     AddressMapper,
-    Splice,
     carries_addresses,
     rewrite_addresses,
 )
@@ -27,5 +27,5 @@ class AddressRewrite(ResponseStage):
     def wants(self, api_key: int, api_version: int) -> bool:
         return carries_addresses(api_key, api_version)
 
-    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Splice | None:
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
         return rewrite_addresses(ctx.api_key, ctx.api_version, body, self.mapper)

@@ -29,9 +29,9 @@ from protocol.headers import (
     response_body_offset,
     response_correlation_id,
 )
+from protocol.pieces import Pieces
 from protocol.primitives import INT32
 from protocol.produce import PRODUCE, produce_acks
-from protocol.rewrite import Splice
 
 from .context import ConnectionInfo, RequestContext
 from .stages import Reply
@@ -232,21 +232,21 @@ class ClientConnection(asyncio.Protocol):
         spec = ctx.header.spec
         assert spec is not None
         body_at = response_body_offset(frame, spec.response_header_version(ctx.api_version))
-        body: memoryview | Splice = frame[body_at:]
+        body: memoryview | Pieces = frame[body_at:]
         changed = False
         for stage in stages:
-            if isinstance(body, Splice):  # a later stage needs one contiguous body
+            if isinstance(body, Pieces):  # a later stage needs one contiguous body
                 body = memoryview(body.join())
             new_body = stage.on_response(ctx, body)
             if new_body is not None:
-                body = new_body if isinstance(new_body, Splice) else memoryview(new_body)
+                body = new_body if isinstance(new_body, Pieces) else memoryview(new_body)
                 changed = True
         if not changed:
             return frame
         # The broker's response header (correlation id, header tags) is kept as it was.
         prefix = INT32.pack(body_at - 4 + len(body)) + bytes(frame[4:body_at])
-        if isinstance(body, Splice):
-            return [prefix, body.keep, body.tail]  # the body itself is not copied
+        if isinstance(body, Pieces):
+            return [prefix, *body.parts]  # the body itself is not copied
         return prefix + bytes(body)
 
     def _flush(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from protocol.rewrite import Splice
+from protocol.pieces import Pieces
 
 from .context import RequestContext
 
@@ -43,7 +43,7 @@ class ResponseStage:
         """Finer filter than api_keys, checked per response (e.g. only some versions)."""
         return True
 
-    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Splice | None:
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
         """Return a new body (whole, or spliced onto a prefix of the old one), or None to leave
         the response as it is."""
         return None

@@ -14,13 +14,13 @@ from kafka.protocol.metadata.metadata import MetadataResponse
 from kafka.protocol.producer.produce import ProduceResponse
 
 from protocol.errors import MalformedMessage, ProtocolError, TruncatedMessage
+from protocol.pieces import Pieces
 from protocol.rewrite import (
     DESCRIBE_CLUSTER,
     FETCH,
     FIND_COORDINATOR,
     METADATA,
     PRODUCE,
-    Splice,
     carries_addresses,
     rewrite_addresses,
 )
@@ -352,8 +352,9 @@ def test_node_endpoints_rewritten(api_key: int, version: int, build: Any, cls: A
     view = memoryview(original)
     spliced = rewrite_addresses(api_key, version, view, mapper)
     # Only the tagged section is new; the rest is a view of the original bytes, not a copy.
-    assert isinstance(spliced, Splice)
-    assert spliced.keep.obj is original and len(spliced.keep) == tags_at
+    assert isinstance(spliced, Pieces)
+    keep = spliced.parts[0]
+    assert isinstance(keep, memoryview) and keep.obj is original and len(keep) == tags_at
     assert len(spliced) == len(spliced.join())
     out = spliced.join()
     assert out == enc(build(version, MAPPED), version)

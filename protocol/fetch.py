@@ -1,0 +1,53 @@
+"""Reading Fetch requests and building Kafka's throttled Fetch response, without decoding records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka.protocol.consumer.fetch import FetchResponse
+
+from .primitives import INT32
+from .walk import tagged_fields, walker
+
+FETCH = 1
+REPLICA_STATE_TAG = 1  # v15+: the replica id moved into a tagged ReplicaState struct
+
+
+@dataclass(slots=True)
+class FetchRequestInfo:
+    replica_id: int
+    max_wait_ms: int
+    max_bytes_at: int | None  # offset of max_bytes inside the frame (v3+), for capping in place
+    max_bytes: int | None
+
+
+def read_fetch_request(frame: memoryview, body_offset: int, version: int) -> FetchRequestInfo:
+    flexible = version >= 12
+    body = frame[body_offset:]
+    result = walker("FetchRequest", version, flexible).walk(body, 0)
+    offsets = result.offsets
+    replica_id = -1
+    if "ReplicaId" in offsets:
+        replica_id = int(INT32.unpack_from(body, offsets["ReplicaId"])[0])
+    elif flexible:
+        tags = tagged_fields(body, result.tags_at)
+        if REPLICA_STATE_TAG in tags:
+            replica_id = int(INT32.unpack_from(body, tags[REPLICA_STATE_TAG][0])[0])
+    max_wait_ms = int(INT32.unpack_from(body, offsets["MaxWaitMs"])[0])
+    max_bytes_at = max_bytes = None
+    if "MaxBytes" in offsets:
+        max_bytes_at = body_offset + offsets["MaxBytes"]
+        max_bytes = int(INT32.unpack_from(body, offsets["MaxBytes"])[0])
+    return FetchRequestInfo(replica_id, max_wait_ms, max_bytes_at, max_bytes)
+
+
+def session_id(body: memoryview, version: int) -> int:
+    """The session id of a Fetch response (v7+: after throttle_time_ms and error_code)."""
+    return int(INT32.unpack_from(body, 6)[0]) if version >= 7 else 0
+
+
+def throttled_response_body(version: int, throttle_ms: int, session: int) -> bytes:
+    """Kafka's throttled Fetch response: no partitions, error NONE, the session kept."""
+    msg = FetchResponse(version=version, throttle_time_ms=throttle_ms, error_code=0,
+                        session_id=session, responses=[])
+    return bytes(msg.encode(version=version))
