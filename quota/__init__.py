@@ -1,4 +1,7 @@
-"""Pure quota logic (rates, throttle times, entity resolution), with the clock injected.
+"""Pure quota logic, as a Kafka broker measures and enforces it, with the clock injected.
 
-Empty until the quota engine lands: the proxy core forwards without charging anything.
+rate.py (the windowed Rate), throttle.py (QuotaUtils), token_bucket.py (KIP-599),
+resolution.py (the eight-level entity precedence and shared sensors), sensors.py (the
+measurement store), managers.py (the quota managers) and admin_api.py (DescribeClientQuotas and
+AlterClientQuotas). Nothing here does I/O or reads a clock.
 """

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 DEFAULT = "<default>"  # the default entity, as Kafka's quota managers spell it
 
 
-class QuotaKey(str, Enum):
+class QuotaKey(StrEnum):
     PRODUCER_BYTE_RATE = "producer_byte_rate"
     CONSUMER_BYTE_RATE = "consumer_byte_rate"
     REQUEST_PERCENTAGE = "request_percentage"

@@ -1,0 +1,131 @@
+"""Kafka's windowed rate: `MetricConfig`, and `Rate` over a `WindowedSum` (SampledStat, 3.8+).
+
+Time is passed in: every method takes `now_ms`. Nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MetricConfig:
+    """The sample layout of a quota sensor: `quota.window.num` samples of `quota.window.size.seconds`.
+
+    Kafka's defaults are 11 samples of 1 s. Both must be at least 1, as Kafka's config checks.
+    """
+
+    samples: int = 11
+    window_ms: int = 1000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise ValueError(f"samples must be a whole number >= 1, got {self.samples!r}")
+        if isinstance(self.window_ms, bool) or not isinstance(self.window_ms, int) or self.window_ms < 1:
+            raise ValueError(f"window_ms must be a whole number >= 1, got {self.window_ms!r}")
+
+    @property
+    def window_s(self) -> float:
+        return self.window_ms / 1000.0
+
+
+def _trunc_div(a: float, b: int) -> int:
+    # Java's long division truncates toward zero; it only matters if the clock went backwards.
+    return int(a // b) if a >= 0 else -int(-a // b)
+
+
+class Rate:
+    """A per-second rate over a ring of samples, exactly as Kafka's `Rate(SECONDS, WindowedSum)`.
+
+    The ring has N+1 slots: the extra one holds the sample that overlaps the start of the monitored
+    N*W window (Kafka 3.8, "Fix rate metric spikes"). A sample starts at the time of the event that
+    opens it, not on a wall-clock boundary. Slots are created lazily, as Kafka's ArrayList grows, so
+    slots never used do not count as "oldest".
+    """
+
+    __slots__ = ("config", "_slots", "_window", "_expire_age", "_min_full", "_current",
+                 "_starts", "_lasts", "_values")
+
+    def __init__(self, config: MetricConfig) -> None:
+        self.config = config
+        self._slots = config.samples + 1
+        self._window = config.window_ms
+        self._expire_age = config.samples * config.window_ms
+        self._min_full = config.samples - 1
+        self._current = 0
+        # Parallel lists rather than Sample objects: no allocation per record once the ring is full.
+        self._starts: list[float] = []
+        self._lasts: list[float] = []
+        self._values: list[float] = []
+
+    def _new_sample(self, now_ms: float) -> None:
+        self._starts.append(now_ms)
+        self._lasts.append(now_ms)
+        self._values.append(0.0)
+
+    def record(self, value: float, now_ms: float) -> None:
+        """Add `value` at `now_ms`, opening the next sample if the current one is W old."""
+        starts = self._starts
+        if not starts:
+            self._new_sample(now_ms)
+        cur = self._current
+        if now_ms - starts[cur] >= self._window:
+            cur = (cur + 1) % self._slots
+            self._current = cur
+            if cur >= len(starts):
+                self._new_sample(now_ms)
+            else:
+                starts[cur] = now_ms
+                self._lasts[cur] = now_ms
+                self._values[cur] = 0.0
+        self._values[cur] += value
+        self._lasts[cur] = now_ms
+
+    def _purge(self, now_ms: float) -> None:
+        # A sample with no event in the last N*W is reset (not removed), and restarts at `now`.
+        lasts = self._lasts
+        age = self._expire_age
+        for i in range(len(lasts)):
+            if now_ms - lasts[i] >= age:
+                self._starts[i] = now_ms
+                lasts[i] = now_ms
+                self._values[i] = 0.0
+
+    def _sum(self) -> float:
+        # A plain left-to-right sum as Java's WindowedSum; Python 3.12's sum() compensates, which
+        # could differ from Kafka in the last bit.
+        total = 0.0
+        for v in self._values:
+            total += v
+        return total
+
+    def total(self, now_ms: float) -> float:
+        """The sum of the retained samples (Kafka's WindowedSum.measure)."""
+        self._purge(now_ms)
+        return self._sum()
+
+    def window_size_ms(self, now_ms: float) -> float:
+        """The window the rate is divided by (Rate.windowSize): the time since the oldest sample,
+        but at least N-1 full windows, and at least 1 ms."""
+        self._purge(now_ms)
+        return self._window_size_after_purge(now_ms)
+
+    def _window_size_after_purge(self, now_ms: float) -> float:
+        if not self._starts:
+            # Kafka's oldest() creates the first sample here, at `now`; later records land in it.
+            self._new_sample(now_ms)
+        elapsed = now_ms - min(self._starts)
+        full = _trunc_div(elapsed, self._window)
+        if full < self._min_full:
+            elapsed += (self._min_full - full) * self._window
+        return float(max(elapsed, 1))
+
+    def measure(self, now_ms: float) -> float:
+        """The rate per second at `now_ms` (Rate.measure)."""
+        self._purge(now_ms)
+        total = self._sum()
+        return total / (self._window_size_after_purge(now_ms) / 1000.0)
+
+    def __repr__(self) -> str:
+        return (f"Rate(samples={self.config.samples}, window_ms={self.config.window_ms}, "
+                f"starts={self._starts}, values={self._values})")
