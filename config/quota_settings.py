@@ -12,6 +12,7 @@
       max_connections_per_ip: null
       state_file: null         # where quotas set through AlterClientQuotas are kept;
                                # default: <config file>.quota-state.json beside the config
+      alter_principals: null   # who may AlterClientQuotas; null: every principal
     quotas:
       - client-id: producer-a
         producer_byte_rate: 1048576
@@ -48,6 +49,8 @@ class QuotaSettings:
     max_tracked_entities: int = 100_000
     max_connections_per_ip: int | None = None
     state_file: str | None = None
+    # Who may AlterClientQuotas through the proxy; None lets every principal (see the README).
+    alter_principals: frozenset[str] | None = None
 
     @property
     def window_ms(self) -> int:
@@ -88,6 +91,8 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
             values[key] = None if value is None else _int(full, value, minimum=0)
         elif key in ("exempt_principals", "exempt_client_ids"):
             values[key] = _names(full, value)
+        elif key == "alter_principals":
+            values[key] = None if value is None else _names(full, value)
         elif key == "state_file":
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigError(full, "expected a file path")
@@ -95,7 +100,7 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
         else:
             raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
                               "exempt_principals, exempt_client_ids, max_tracked_entities, "
-                              "max_connections_per_ip, state_file)")
+                              "max_connections_per_ip, state_file, alter_principals)")
     return QuotaSettings(**values)
 
 
@@ -152,3 +157,18 @@ def default_state_file(config_path: str | Path | None, settings: QuotaSettings) 
         return None
     path = Path(config_path)
     return path.with_name(path.name + ".quota-state.json")
+
+
+def validate_quota_entries(entries: tuple[QuotaEntry, ...] | list[QuotaEntry],
+                           source: str | None = None) -> dict[QuotaEntity, dict[QuotaKey, float]]:
+    """Apply Kafka's AlterClientQuotas rules to the `quotas:` list, so a file can hold exactly
+    what `kafka-configs.sh --alter` would accept."""
+    from quota.admin_api import alter_client_quotas, entity_to_wire
+
+    wire = [(entity_to_wire(e.entity), [(k.value, v, False) for k, v in e.values.items()])
+            for e in entries]
+    result = alter_client_quotas({}, wire, validate_only=False)
+    for i, (code, message) in enumerate(result.results):
+        if code:
+            raise ConfigError(f"quotas[{i}]", message or f"error {code}", source)
+    return result.quotas

@@ -14,7 +14,13 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
-from .quota_settings import QuotaEntry, QuotaSettings, parse_quota_list, parse_quota_section
+from .quota_settings import (
+    QuotaEntry,
+    QuotaSettings,
+    parse_quota_list,
+    parse_quota_section,
+    validate_quota_entries,
+)
 
 DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -44,6 +50,7 @@ class Settings:
     metadata_refresh_seconds: float = 30.0
     connect_timeout_seconds: float = 10.0
     shutdown_timeout_seconds: float = 30.0
+    max_inflight_requests: int = 5  # per client connection, forwarded and not yet answered
     quota: QuotaSettings = QuotaSettings()
     quotas: tuple[QuotaEntry, ...] = ()
     config_path: str | None = None  # the YAML file these came from, watched for quota changes
@@ -153,6 +160,7 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "metadata_refresh_seconds": ("metadata_refresh_seconds", _positive_float),
     "connect_timeout_seconds": ("connect_timeout_seconds", _positive_float),
     "shutdown_timeout_seconds": ("shutdown_timeout_seconds", _positive_float),
+    "max_inflight_requests": ("max_inflight_requests", _positive_int),
     "quota": ("quota", lambda k, v: parse_quota_section(v)),
     "quotas": ("quotas", lambda k, v: tuple(parse_quota_list(v))),
 }
@@ -191,6 +199,7 @@ def load_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ConfigError("config", "the top level must be a mapping of keys to values", source)
     values = parse_values(raw, source)
+    validate_quota_entries(values.get("quotas", ()), source)
     values["config_path"] = source
     return values
 

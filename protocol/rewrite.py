@@ -25,6 +25,8 @@ METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH = 3, 10, 60, 0, 1
 
 # (node_id, real host, real port) -> (advertised host, advertised port)
 AddressMapper = Callable[[int, str, int], tuple[str, int]]
+# Sees each decoded Metadata response (the proxy keeps a view of topics' partition counts).
+MetadataObserver = Callable[[Any], None]
 
 NODE_ENDPOINTS_TAG = 0
 NODE_ENDPOINTS_FROM = {PRODUCE: 10, FETCH: 16}
@@ -38,8 +40,11 @@ def _rewrite_nodes(nodes: Any, id_attr: str, mapper: AddressMapper) -> None:
         node.host, node.port = mapper(node_id, node.host, node.port)
 
 
-def _metadata(body: memoryview, version: int, mapper: AddressMapper) -> bytes:
+def _metadata(body: memoryview, version: int, mapper: AddressMapper,
+              observe: MetadataObserver | None) -> bytes:
     msg = decode_response(METADATA, version, body)
+    if observe is not None:
+        observe(msg)
     _rewrite_nodes(msg.brokers, "node_id", mapper)
     return encode_body(msg)
 
@@ -115,11 +120,11 @@ def _node_endpoints(api_key: int, version: int, body: memoryview, mapper: Addres
     return Pieces((body[:tags_at], bytes(tail)))
 
 
-def rewrite_addresses(api_key: int, version: int, body: memoryview,
-                      mapper: AddressMapper) -> bytes | Pieces | None:
+def rewrite_addresses(api_key: int, version: int, body: memoryview, mapper: AddressMapper,
+                      observe: MetadataObserver | None = None) -> bytes | Pieces | None:
     """The rewritten body, or None if this response carries no broker address."""
     if api_key == METADATA:
-        return _metadata(body, version, mapper)
+        return _metadata(body, version, mapper, observe)
     if api_key == FIND_COORDINATOR:
         return _find_coordinator(body, version, mapper)
     if api_key == DESCRIBE_CLUSTER:

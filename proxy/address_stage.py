@@ -10,6 +10,7 @@ from protocol.rewrite import (
     METADATA,
     PRODUCE,
     AddressMapper,
+    MetadataObserver,
     carries_addresses,
     rewrite_addresses,
 )
@@ -21,11 +22,12 @@ from .stages import ResponseStage
 class AddressRewrite(ResponseStage):
     api_keys = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH})
 
-    def __init__(self, mapper: AddressMapper) -> None:
+    def __init__(self, mapper: AddressMapper, observe: MetadataObserver | None = None) -> None:
         self.mapper = mapper
+        self.observe = observe
 
-    def wants(self, api_key: int, api_version: int) -> bool:
-        return carries_addresses(api_key, api_version)
+    def wants(self, ctx: RequestContext) -> bool:
+        return carries_addresses(ctx.api_key, ctx.api_version)
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
-        return rewrite_addresses(ctx.api_key, ctx.api_version, body, self.mapper)
+        return rewrite_addresses(ctx.api_key, ctx.api_version, body, self.mapper, self.observe)

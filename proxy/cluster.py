@@ -12,6 +12,7 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
+from typing import Any
 
 from config import HostPort, Settings
 from protocol import bootstrap
@@ -34,6 +35,15 @@ class Cluster:
         self._open_listener = open_listener
         self._listening: set[int] = set()
         self._bootstrap_next = 0
+        self.topics: dict[str, int] = {}  # partition counts, from Metadata responses seen
+
+    def observe_metadata(self, msg: Any) -> None:
+        for topic in msg.topics or ():
+            if topic.error_code == 0 and topic.name:
+                self.topics[topic.name] = len(topic.partitions or ())
+
+    def topic_partitions(self, name: str) -> int | None:
+        return self.topics.get(name)
 
     # The AddressMapper used by the address-rewriting stage.
     def advertise(self, node_id: int, host: str, port: int) -> tuple[str, int]:

@@ -93,11 +93,15 @@ class ClientConnection(asyncio.Protocol):
         self.upstream: UpstreamConnection | None = None
         self.gate: ReadGate | None = None
         self.info = ConnectionInfo("?", listener)
+        self.peer_ip = ""
         self._inflight: deque[_Pending] = deque()  # every request that will get a response
         self._awaiting: deque[_Pending] = deque()  # the subset forwarded to the broker
         self._draining = False
         self._closed = False
         self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
+        self._muted_until = 0.0  # loop time until which a quota throttle holds reading
+        self._unmute: asyncio.TimerHandle | None = None
+        self._connect_task: asyncio.Task[None] | None = None
 
     # -- client side ---------------------------------------------------------------------------
 
@@ -105,11 +109,18 @@ class ClientConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
-            self.info.peer = str(HostPort(str(peer[0]), int(peer[1])))
+            self.peer_ip = str(peer[0])
+            self.info.peer = str(HostPort(self.peer_ip, int(peer[1])))
         self.gate = ReadGate(self.transport)
         self.gate.pause("connecting")
         self.proxy.connection_opened(self)
-        self._connect_task = asyncio.get_running_loop().create_task(self._connect_upstream())
+        loop = asyncio.get_running_loop()
+        delay_ms = self.proxy.admit(self, self.peer_ip)
+        if delay_ms is not None:
+            # Over the connection quota: closed unread after the delay, as a broker does.
+            loop.call_later(delay_ms / 1000, self.close)
+            return
+        self._connect_task = loop.create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
         loop = asyncio.get_running_loop()
@@ -148,7 +159,7 @@ class ClientConnection(asyncio.Protocol):
             # over what it had already read.
             self._early.append(data)
             return
-        out: list[memoryview] = []
+        out: list[bytes | memoryview] = []
         try:
             for frame in self.decoder.feed(data):
                 self._handle_request(frame, out)
@@ -158,10 +169,16 @@ class ClientConnection(asyncio.Protocol):
         if out:
             assert self.upstream is not None and self.upstream.transport is not None
             self.upstream.transport.writelines(out)
+        if len(self._awaiting) >= self.proxy.settings.max_inflight_requests:
+            # A broker handles one request per connection at a time anyway; reading further
+            # ahead would only let a throttled client run past its mute (and hold memory).
+            assert self.gate is not None
+            self.gate.pause("inflight")
 
-    def _handle_request(self, frame: memoryview, out: list[memoryview]) -> None:
+    def _handle_request(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
+        received_at = perf_counter()
         header = parse_request_header(frame)
-        ctx = RequestContext(header, frame, self.info)
+        ctx = RequestContext(header, frame, self.info, received_at=received_at)
         m = self.proxy.metrics.api(header.api_key)
         m.requests.inc()  # type: ignore[attr-defined]
         m.request_bytes.inc(len(frame))  # type: ignore[attr-defined]
@@ -176,8 +193,13 @@ class ClientConnection(asyncio.Protocol):
             pending = _Pending(ctx)
             self._inflight.append(pending)
             self._awaiting.append(pending)
+        elif ctx.throttle_ms:
+            self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
         ctx.sent_at = perf_counter()
-        out.append(frame)
+        if ctx.forward is not None:
+            out.extend(ctx.forward.parts)
+        else:
+            out.append(frame)
 
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
         hv = ctx.header.spec.response_header_version(ctx.api_version) if ctx.header.spec else 0
@@ -203,8 +225,10 @@ class ClientConnection(asyncio.Protocol):
             # close(), not abort(): requests already read (acks=0 records among them) still
             # reach the broker.
             self.upstream.transport.close()
-        elif not self._connect_task.done():
+        elif self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
+        if self._unmute is not None:
+            self._unmute.cancel()
         self.proxy.connection_closed(self)
 
     # -- broker side -----------------------------------------------------------------------------
@@ -216,25 +240,31 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError(f"unsolicited response (correlation id {correlation_id})")
         pending = self._awaiting.popleft()
         ctx = pending.ctx
+        ctx.answered_at = perf_counter()
+        if len(self._awaiting) < self.proxy.settings.max_inflight_requests and self.gate is not None:
+            self.gate.resume("inflight")
         if correlation_id != ctx.header.correlation_id:
             raise ProtocolError(f"response correlation id {correlation_id}, expected "
                                 f"{ctx.header.correlation_id}")
         m = self.proxy.metrics.api(ctx.api_key)
-        m.latency.observe(perf_counter() - ctx.sent_at)  # type: ignore[attr-defined]
+        m.latency.observe(ctx.answered_at - ctx.sent_at)  # type: ignore[attr-defined]
         pending.response = self._run_response_stages(ctx, frame)
         self._flush()
 
     def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> Response:
-        stages = [s for s in self.proxy.pipeline.response_stages(ctx.api_key)
-                  if s.wants(ctx.api_key, ctx.api_version)]
-        if not stages:
-            return frame
-        spec = ctx.header.spec
-        assert spec is not None
-        body_at = response_body_offset(frame, spec.response_header_version(ctx.api_version))
-        body: memoryview | Pieces = frame[body_at:]
+        body_at = -1
+        body: memoryview | Pieces = frame
         changed = False
-        for stage in stages:
+        for stage in self.proxy.pipeline.response_stages(ctx.api_key):
+            # Asked stage by stage: an earlier stage can make a later one wanted (a quota
+            # throttle makes ThrottleMerge write throttle_time_ms).
+            if not stage.wants(ctx):
+                continue
+            if body_at < 0:
+                spec = ctx.header.spec
+                assert spec is not None
+                body_at = response_body_offset(frame, spec.response_header_version(ctx.api_version))
+                body = frame[body_at:]
             if isinstance(body, Pieces):  # a later stage needs one contiguous body
                 body = memoryview(body.join())
             new_body = stage.on_response(ctx, body)
@@ -267,8 +297,30 @@ class ClientConnection(asyncio.Protocol):
                 if not self._closed:
                     transport.write(response)
             self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(size)  # type: ignore[attr-defined]
+            if pending.ctx.throttle_ms:
+                self.mute(pending.ctx.throttle_ms)
         if self._draining and not inflight:
             self.close()
+
+    def mute(self, throttle_ms: int) -> None:
+        """Stop reading this client's requests for the throttle time (KIP-219), for old and new
+        clients alike: the response has gone out at once, the next request waits unread."""
+        if self.gate is None or self._closed:
+            return
+        loop = self.proxy.loop
+        until = loop.time() + throttle_ms / 1000
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        self.gate.pause("throttle")
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._unmute = loop.call_at(until, self._end_throttle)
+
+    def _end_throttle(self) -> None:
+        self._unmute = None
+        if self.gate is not None:
+            self.gate.resume("throttle")
 
     def upstream_lost(self, reason: str | None) -> None:
         if not self._closed:

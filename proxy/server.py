@@ -11,12 +11,20 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from config import Settings
+from config.quota_settings import default_state_file, validate_quota_entries
+from quota.resolution import QuotaStore
 
 from .address_stage import AddressRewrite
 from .api_versions_stage import ApiVersionsGate, ApiVersionsIntersect
 from .cluster import Cluster
 from .connection import ClientConnection
 from .metrics import ProxyMetrics
+from .quota_admin_stage import SERVED, ClientQuotasApi
+from .quota_control import QuotaControl
+from .quota_engine import QuotaEngine
+from .quota_metrics import QuotaCollector
+from .quota_stages import QuotaCharge, QuotaSettle, ThrottleMerge
+from .reload import watch_config
 from .stages import Pipeline
 
 log = logging.getLogger("kafka_quota_proxy")
@@ -29,11 +37,21 @@ class Proxy:
         self.settings = settings
         self.metrics = ProxyMetrics()
         self.cluster = Cluster(settings, self._open_node_listener)
+        self.quotas = QuotaStore()
+        self.quota_control = QuotaControl(
+            self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
+            default_state_file(settings.config_path, settings.quota))
+        self.engine = QuotaEngine(settings.quota, self.quotas)
+        self.metrics.registry.register(QuotaCollector(self.engine))
         self.pipeline = Pipeline(
-            request=[ApiVersionsGate()],
-            response=[ApiVersionsIntersect(), AddressRewrite(self.cluster.advertise)],
+            request=[ApiVersionsGate(), ClientQuotasApi(self.quota_control, self.engine),
+                     QuotaCharge(self.engine, self.cluster.topic_partitions)],
+            response=[ApiVersionsIntersect(served=SERVED),
+                      AddressRewrite(self.cluster.advertise, self.cluster.observe_metadata),
+                      QuotaSettle(self.engine), ThrottleMerge()],
         )
         self.connections: set[ClientConnection] = set()
+        self._per_ip: dict[str, int] = {}
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._all_closed = asyncio.Event()
@@ -59,6 +77,14 @@ class Proxy:
                                                         registry=self.metrics.registry)
             log.info("metrics at http://%s/metrics", s.metrics)
         self._spawn(self.cluster.refresh_forever())
+        self._spawn(self._expire_forever())
+        if s.config_path is not None:
+            self._spawn(watch_config(s.config_path, self))
+
+    async def _expire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(60)
+            self.engine.expire()
 
     def _spawn(self, coro: Any) -> None:
         task = self.loop.create_task(coro)
@@ -74,6 +100,23 @@ class Proxy:
             self._servers.append(server)
         self._spawn(serve())
 
+    def admit(self, conn: ClientConnection, ip: str) -> int | None:
+        """None to serve a new connection; else the delay (ms) after which to close it unread."""
+        count = self._per_ip.get(ip, 0) + 1
+        self._per_ip[ip] = count
+        limit = self.engine.settings.max_connections_per_ip
+        if limit is not None and count > limit and self.engine.enforcing:
+            return 0
+        if not self.engine.active:
+            return None
+        delay = self.engine.connections.on_accept(ip, self.engine.clock())
+        if delay > 0:
+            self.engine.connection_throttles.add("connection_creation_rate", ip, "", delay,
+                                                 self.engine.clock())
+            if self.engine.enforcing:
+                return delay
+        return None
+
     def connection_opened(self, conn: ClientConnection) -> None:
         self.connections.add(conn)
         self._all_closed.clear()
@@ -83,6 +126,12 @@ class Proxy:
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
+            ip = conn.peer_ip
+            left = self._per_ip.get(ip, 1) - 1
+            if left > 0:
+                self._per_ip[ip] = left
+            else:
+                self._per_ip.pop(ip, None)
             self.metrics.connections_closed.inc()
             self.metrics.connections_open.dec()
         if not self.connections:

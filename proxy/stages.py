@@ -39,8 +39,8 @@ class ResponseStage:
 
     api_keys: frozenset[int] | None = None
 
-    def wants(self, api_key: int, api_version: int) -> bool:
-        """Finer filter than api_keys, checked per response (e.g. only some versions)."""
+    def wants(self, ctx: RequestContext) -> bool:
+        """Finer filter than api_keys, checked per response (some versions, some clients)."""
         return True
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:

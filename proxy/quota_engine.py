@@ -1,0 +1,148 @@
+"""The proxy's quota managers, per measurement scope, and what they have throttled.
+
+Scope `broker` keeps one set of managers per upstream broker (the listener a client came in
+on), so the same quota settings behave as they would on each Kafka broker. Scope `proxy` keeps
+one set for everything behind this proxy instance. The managers themselves are the pure ones in
+`quota/`; this module only feeds them the time and remembers throttles for the metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from config.quota_settings import QuotaSettings
+from quota.entities import QuotaKey
+from quota.managers import (
+    ClientQuotaManager,
+    ClientRequestQuotaManager,
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+)
+from quota.rate import MetricConfig
+from quota.resolution import QuotaStore
+from quota.sensors import LocalSensors
+
+EXPIRY_MS = 3_600_000  # Kafka expires idle quota sensors after an hour
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass
+class ScopeManagers:
+    """The managers of one measurement scope."""
+
+    produce: ClientQuotaManager
+    fetch: ClientQuotaManager
+    request: ClientRequestQuotaManager
+    mutation: ControllerMutationQuotaManager
+
+
+@dataclass(slots=True)
+class ThrottleRecord:
+    count: int = 0
+    total_ms: int = 0
+    last_ms: int = 0  # clock time of the last throttle, for expiry
+
+
+@dataclass
+class ThrottleStats:
+    """Throttles applied (or, in observe mode, that would have been) per quota type and entity."""
+
+    max_entities: int
+    records: dict[tuple[str, str, str], ThrottleRecord] = field(default_factory=dict)
+    dropped: int = 0
+
+    def add(self, quota_type: str, user: str, client_id: str, throttle_ms: int, now_ms: int) -> None:
+        key = (quota_type, user, client_id)
+        rec = self.records.get(key)
+        if rec is None:
+            if len(self.records) >= self.max_entities:
+                self.dropped += 1
+                return
+            rec = self.records[key] = ThrottleRecord()
+        rec.count += 1
+        rec.total_ms += throttle_ms
+        rec.last_ms = now_ms
+
+    def expire(self, now_ms: int) -> None:
+        for key in [k for k, r in self.records.items() if now_ms - r.last_ms >= EXPIRY_MS]:
+            del self.records[key]
+
+
+class QuotaEngine:
+    """Everything quota-related the proxy holds: configured quotas, managers, switches."""
+
+    def __init__(self, settings: QuotaSettings, store: QuotaStore,
+                 clock: Callable[[], int] = monotonic_ms) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.config = MetricConfig(samples=settings.window_num, window_ms=settings.window_ms)
+        self._scopes: dict[str, ScopeManagers] = {}
+        self._sensors: list[LocalSensors] = []
+        self.connections = ConnectionQuotas(store, self.config, self._new_sensors())
+        self.throttles = ThrottleStats(settings.max_tracked_entities)
+        self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
+
+    def _new_sensors(self) -> LocalSensors:
+        sensors = LocalSensors(self.config, max_entities=self.settings.max_tracked_entities,
+                               expiry_ms=EXPIRY_MS)
+        self._sensors.append(sensors)
+        return sensors
+
+    # -- switches, changeable at run time ---------------------------------------------------------
+
+    def update(self, settings: QuotaSettings) -> list[str]:
+        """Apply new switches; return the names of settings that need a restart to change."""
+        fixed = ("scope", "window_num", "window_size_seconds", "max_tracked_entities")
+        needs_restart = [name for name in fixed if getattr(settings, name) != getattr(self.settings, name)]
+        # The measurement's shape stays as started; everything else applies at once.
+        self.settings = dataclasses.replace(settings, **{n: getattr(self.settings, n) for n in fixed})
+        return needs_restart
+
+    @property
+    def active(self) -> bool:
+        return self.settings.mode != "off"
+
+    @property
+    def enforcing(self) -> bool:
+        return self.settings.mode == "enforce"
+
+    def exempt(self, principal: str, client_id: str | None) -> bool:
+        s = self.settings
+        return principal in s.exempt_principals or (client_id or "") in s.exempt_client_ids
+
+    # -- managers ---------------------------------------------------------------------------------
+
+    def scope(self, listener: str) -> ScopeManagers:
+        key = "proxy" if self.settings.scope == "proxy" else listener
+        found = self._scopes.get(key)
+        if found is None:
+            found = self._scopes[key] = ScopeManagers(
+                produce=ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE, self.store, self.config,
+                                           self._new_sensors()),
+                fetch=ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, self.store, self.config,
+                                         self._new_sensors()),
+                request=ClientRequestQuotaManager(self.store, self.config, self._new_sensors()),
+                mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors()),
+            )
+        return found
+
+    def scopes(self) -> Iterator[tuple[str, ScopeManagers]]:
+        yield from self._scopes.items()
+
+    def dropped_entities(self) -> int:
+        return (sum(s.dropped for s in self._sensors) + self.throttles.dropped
+                + self.connection_throttles.dropped)
+
+    def expire(self) -> None:
+        now = self.clock()
+        for sensors in self._sensors:
+            sensors.expire(now)
+        self.throttles.expire(now)
+        self.connection_throttles.expire(now)

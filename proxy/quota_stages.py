@@ -1,0 +1,231 @@
+"""Quota enforcement as stages, the way a Kafka broker applies quotas (KIP-219).
+
+The request stage picks the managers to charge and applies what must happen before the broker
+sees the request: acks=0 Produce bytes, the Fetch max_bytes cap, and strict controller-mutation
+checks. The response stage charges what is known only when the response arrives (Produce bytes,
+Fetch bytes, request time) and, for Fetch, swaps in Kafka's throttled empty response. The last
+response stage writes max(broker's, proxy's) throttle into `throttle_time_ms`; the connection
+then stops reading from the client for the proxy's throttle.
+
+Request time at a proxy. The proxy cannot see broker threads, so it charges the proxy's own
+processing time for the request and its response, plus the broker's service time as seen from
+the proxy, except for requests that wait at the broker by design (a Fetch with max_wait_ms > 0,
+Produce with acks=all, JoinGroup, SyncGroup), whose broker time is not charged: an idle consumer
+long-polling an empty topic costs almost nothing, while a client busy-polling is charged for
+every round trip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from time import perf_counter
+from typing import Any
+
+from kafka.protocol.admin.topics import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteTopicsResponse,
+)
+
+from protocol.fetch import read_fetch_request, session_id, throttled_response_body
+from protocol.pieces import Pieces
+from protocol.primitives import INT32
+from protocol.produce import produce_acks
+from protocol.throttle import patched, read_throttle, throttle_offset
+
+from .context import RequestContext
+from .quota_engine import QuotaEngine
+from .stages import Reply, RequestStage, ResponseStage
+
+PRODUCE, FETCH, JOIN_GROUP, SYNC_GROUP = 0, 1, 11, 14
+SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
+CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
+# Exempt from the request quota, as on a broker: nothing can be charged before authentication.
+REQUEST_QUOTA_EXEMPT = frozenset({SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE})
+# Strict (KIP-599) from these versions: over quota is refused, not throttled afterwards.
+STRICT_FROM = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
+THROTTLING_QUOTA_EXCEEDED = 89
+THROTTLING_MESSAGE = "The throttling quota has been exceeded."
+DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions default, for CreateTopics with -1
+
+TopicPartitions = Callable[[str], int | None]  # partition count of a topic, if known
+
+
+def _client(ctx: RequestContext) -> tuple[str, str]:
+    return ctx.conn.principal, ctx.header.client_id or ""
+
+
+class QuotaCharge(RequestStage):
+    """Picks the managers for a request and charges what is known before forwarding."""
+
+    def __init__(self, engine: QuotaEngine, topic_partitions: TopicPartitions) -> None:
+        self.engine = engine
+        self.topic_partitions = topic_partitions
+
+    def on_request(self, ctx: RequestContext) -> Reply | None:
+        engine = self.engine
+        user, client_id = _client(ctx)
+        if not engine.active or engine.exempt(user, ctx.header.client_id):
+            return None
+        q = engine.scope(ctx.conn.listener)
+        key = ctx.api_key
+        if key == FETCH:
+            info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
+            if info.replica_id >= 0:
+                return None  # follower fetches are exempt, as on a broker
+            ctx.fetch_max_wait_ms = info.max_wait_ms
+            if engine.enforcing and info.max_bytes_at is not None and info.max_bytes is not None:
+                cap = q.fetch.max_value_in_quota_window(user, client_id)
+                if cap < info.max_bytes:
+                    at = info.max_bytes_at
+                    ctx.forward = Pieces((ctx.frame[:at], INT32.pack(max(int(cap), 1)),
+                                          ctx.frame[at + 4:]))
+        ctx.quota = q
+        if key == PRODUCE and not ctx.expects_response:
+            # acks=0: no response will come, so charge now; muted all the same on a breach.
+            now = engine.clock()
+            throttle(engine, ctx, "produce", q.produce.record_and_get_throttle_ms(
+                user, client_id, len(ctx.frame) - 4, now), now)
+        elif key in STRICT_FROM:
+            return self._mutation(ctx)
+        return None
+
+    def _mutation(self, ctx: RequestContext) -> Reply | None:
+        engine, q = self.engine, ctx.quota
+        user, client_id = _client(ctx)
+        spec = ctx.header.spec
+        assert spec is not None
+        request = spec.request.decode(bytes(ctx.frame[ctx.header.body_offset:]), version=ctx.api_version)
+        permits = self._permits(ctx.api_key, request)
+        now = engine.clock()
+        if ctx.api_version >= STRICT_FROM[ctx.api_key] and engine.enforcing:
+            accepted, throttle_ms = q.mutation.record_strict(user, client_id, permits, now)
+            if not accepted:
+                throttle(engine, ctx, "controller_mutation", throttle_ms, now)
+                return Reply(_refusal(ctx.api_key, ctx.api_version, request, throttle_ms))
+            return None
+        throttle(engine, ctx, "controller_mutation",
+                 q.mutation.record_permissive(user, client_id, permits, now), now)
+        return None
+
+    def _permits(self, api_key: int, request: Any) -> int:
+        """Partitions created or deleted, as KIP-599 counts them."""
+        if api_key == CREATE_TOPICS:
+            total = 0
+            for topic in request.topics:
+                if topic.assignments:
+                    total += len(topic.assignments)
+                else:
+                    total += topic.num_partitions if topic.num_partitions > 0 else DEFAULT_NUM_PARTITIONS
+            return total
+        if api_key == CREATE_PARTITIONS:
+            total = 0
+            for topic in request.topics:
+                current = self.topic_partitions(topic.name)
+                total += max(topic.count - current, 0) if current is not None else topic.count
+            return total
+        names = (request.topic_names or []) if request.API_VERSION < 6 else [t.name for t in request.topics]
+        return sum(self.topic_partitions(name) or 1 for name in names if name)
+
+
+def _refusal(api_key: int, version: int, request: Any, throttle_ms: int) -> bytes:
+    """The strict-mode answer: every topic fails with THROTTLING_QUOTA_EXCEEDED."""
+    if api_key == CREATE_TOPICS:
+        cls: Any = CreateTopicsResponse
+        topics = [cls.CreatableTopicResult(name=t.name, error_code=THROTTLING_QUOTA_EXCEEDED,
+                                           error_message=THROTTLING_MESSAGE, num_partitions=-1,
+                                           replication_factor=-1, configs=None)
+                  for t in request.topics]
+        msg = cls(version=version, throttle_time_ms=throttle_ms, topics=topics)
+    elif api_key == CREATE_PARTITIONS:
+        cls = CreatePartitionsResponse
+        msg = cls(version=version, throttle_time_ms=throttle_ms, results=[
+            cls.CreatePartitionsTopicResult(name=t.name, error_code=THROTTLING_QUOTA_EXCEEDED,
+                                            error_message=THROTTLING_MESSAGE)
+            for t in request.topics])
+    else:
+        cls = DeleteTopicsResponse
+        names = (request.topic_names or []) if version < 6 else [t.name for t in request.topics]
+        ids = [None] * len(names) if version < 6 else [t.topic_id for t in request.topics]
+        msg = cls(version=version, throttle_time_ms=throttle_ms, responses=[
+            cls.DeletableTopicResult(name=n, topic_id=i, error_code=THROTTLING_QUOTA_EXCEEDED,
+                                     error_message=THROTTLING_MESSAGE)
+            for n, i in zip(names, ids, strict=True)])
+    return bytes(msg.encode(version=version))
+
+
+def throttle(engine: QuotaEngine, ctx: RequestContext, quota_type: str, throttle_ms: int,
+             now_ms: int) -> None:
+    """Count a throttle and, when enforcing, hold the client for it."""
+    if throttle_ms <= 0:
+        return
+    user, client_id = _client(ctx)
+    engine.throttles.add(quota_type, user, client_id, throttle_ms, now_ms)
+    if engine.enforcing:
+        ctx.throttle_ms = max(ctx.throttle_ms, throttle_ms)
+
+
+def _waits_at_broker(ctx: RequestContext) -> bool:
+    key = ctx.api_key
+    if key == FETCH:
+        return ctx.fetch_max_wait_ms > 0
+    if key == PRODUCE:
+        return produce_acks(ctx.frame, ctx.header.body_offset, ctx.api_version) == -1
+    return key in (JOIN_GROUP, SYNC_GROUP)
+
+
+def request_time_ms(ctx: RequestContext, now: float) -> float:
+    """What the request quota charges for one request; see the module docstring."""
+    proxy = (ctx.sent_at - ctx.received_at) + (now - ctx.answered_at)
+    broker = 0.0 if _waits_at_broker(ctx) else ctx.answered_at - ctx.sent_at
+    return (proxy + broker) * 1000.0
+
+
+class QuotaSettle(ResponseStage):
+    """Charges what the response tells: Produce and Fetch bytes, request time."""
+
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
+
+    def wants(self, ctx: RequestContext) -> bool:
+        return ctx.quota is not None
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        engine, q = self.engine, ctx.quota
+        user, client_id = _client(ctx)
+        now = engine.clock()
+        key = ctx.api_key
+        request_throttle = 0
+        if key not in REQUEST_QUOTA_EXEMPT:
+            request_throttle = q.request.record_and_get_throttle_ms(
+                user, client_id, request_time_ms(ctx, perf_counter()), now)
+        if key == PRODUCE:
+            throttle(engine, ctx, "produce", q.produce.record_and_get_throttle_ms(
+                user, client_id, len(ctx.frame) - 4, now), now)
+        elif key == FETCH:
+            size = len(body) + 4  # FetchResponse.sizeOf: the body and its 4-byte size
+            fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now)
+            if fetch_throttle > 0 or request_throttle > 0:
+                throttle(engine, ctx, "fetch", fetch_throttle, now)
+                throttle(engine, ctx, "request", request_throttle, now)
+                if engine.enforcing:
+                    # Kafka un-records the bytes and sends an empty response in their place.
+                    q.fetch.unrecord(user, client_id, size, now)
+                    return throttled_response_body(ctx.api_version, ctx.throttle_ms,
+                                                   session_id(body, ctx.api_version))
+                return None
+        throttle(engine, ctx, "request", request_throttle, now)
+        return None
+
+
+class ThrottleMerge(ResponseStage):
+    """throttle_time_ms = max(broker's, proxy's), on every response that carries it."""
+
+    def wants(self, ctx: RequestContext) -> bool:
+        return ctx.throttle_ms > 0
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        at = throttle_offset(ctx.api_key, ctx.api_version, body)
+        if at is None or read_throttle(body, at) >= ctx.throttle_ms:
+            return None
+        return patched(body, at, ctx.throttle_ms)
