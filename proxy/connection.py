@@ -140,6 +140,7 @@ class ClientConnection(asyncio.Protocol):
                 upstream.transport.close()  # type: ignore[union-attr]
                 return
             self.upstream = upstream
+            self.info.upstream = str(target)
             early, self._early = self._early, []
             for data in early:
                 self.data_received(data)

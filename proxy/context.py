@@ -18,6 +18,7 @@ class ConnectionInfo:
     peer: str  # "host:port" of the client
     listener: str  # "bootstrap" or "node-<id>"
     principal: str = ANONYMOUS
+    upstream: str = ""  # the broker address this connection forwards to, once connected
 
     def describe(self) -> str:
         return f"{self.peer} ({self.principal}, {self.listener})"

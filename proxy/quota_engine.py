@@ -1,7 +1,8 @@
 """The proxy's quota managers, per measurement scope, and what they have throttled.
 
-Scope `broker` keeps one set of managers per upstream broker (the listener a client came in
-on), so the same quota settings behave as they would on each Kafka broker. Scope `proxy` keeps
+Scope `broker` keeps one set of managers per upstream broker (the broker address a client
+connection forwards to, whichever listener it came in on), so the same quota settings behave as
+they would on each Kafka broker. Scope `proxy` keeps
 one set for everything behind this proxy instance. The managers themselves are the pure ones in
 `quota/`; this module only feeds them the time and remembers throttles for the metrics.
 """
@@ -119,8 +120,8 @@ class QuotaEngine:
 
     # -- managers ---------------------------------------------------------------------------------
 
-    def scope(self, listener: str) -> ScopeManagers:
-        key = "proxy" if self.settings.scope == "proxy" else listener
+    def scope(self, broker: str) -> ScopeManagers:
+        key = "proxy" if self.settings.scope == "proxy" else broker
         found = self._scopes.get(key)
         if found is None:
             found = self._scopes[key] = ScopeManagers(

@@ -67,7 +67,7 @@ class QuotaCharge(RequestStage):
         user, client_id = _client(ctx)
         if not engine.active or engine.exempt(user, ctx.header.client_id):
             return None
-        q = engine.scope(ctx.conn.listener)
+        q = engine.scope(ctx.conn.upstream)
         key = ctx.api_key
         if key == FETCH:
             info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
