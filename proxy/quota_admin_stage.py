@@ -10,6 +10,7 @@ from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, Descri
 from .context import RequestContext
 from .quota_control import QuotaControl
 from .quota_engine import QuotaEngine
+from .quota_stages import decode_request
 from .stages import Reply, RequestStage
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
@@ -25,10 +26,7 @@ class ClientQuotasApi(RequestStage):
         self.engine = engine  # its settings change on reload
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
-        spec = ctx.header.spec
-        assert spec is not None
-        request: Any = spec.request.decode(bytes(ctx.frame[ctx.header.body_offset:]),
-                                           version=ctx.api_version)
+        request = decode_request(ctx)
         if ctx.api_key == DESCRIBE_CLIENT_QUOTAS:
             return Reply(self._describe(request, ctx.api_version))
         return Reply(self._alter(request, ctx))

@@ -100,7 +100,8 @@ class QuotaEngine:
 
     def update(self, settings: QuotaSettings) -> list[str]:
         """Apply new switches; return the names of settings that need a restart to change."""
-        fixed = ("scope", "window_num", "window_size_seconds", "max_tracked_entities")
+        # state_file too: the quota control keeps writing where it read at start.
+        fixed = ("scope", "window_num", "window_size_seconds", "max_tracked_entities", "state_file")
         needs_restart = [name for name in fixed if getattr(settings, name) != getattr(self.settings, name)]
         # The measurement's shape stays as started; everything else applies at once.
         self.settings = dataclasses.replace(settings, **{n: getattr(self.settings, n) for n in fixed})

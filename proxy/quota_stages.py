@@ -27,6 +27,7 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 
+from protocol.errors import MalformedMessage
 from protocol.fetch import read_fetch_request, session_id, throttled_response_body
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
@@ -55,6 +56,16 @@ def _client(ctx: RequestContext) -> tuple[str, str]:
     return ctx.conn.principal, ctx.header.client_id or ""
 
 
+def decode_request(ctx: RequestContext) -> Any:
+    """The request, fully decoded; a body that does not decode is the client's protocol error."""
+    spec = ctx.header.spec
+    assert spec is not None
+    try:
+        return spec.request.decode(bytes(ctx.frame[ctx.header.body_offset:]), version=ctx.api_version)
+    except Exception as exc:  # kafka-python raises a variety of errors on bad bytes
+        raise MalformedMessage(f"cannot decode {spec.request.name} v{ctx.api_version}: {exc}") from exc
+
+
 class QuotaCharge(RequestStage):
     """Picks the managers for a request and charges what is known before forwarding."""
 
@@ -75,7 +86,7 @@ class QuotaCharge(RequestStage):
                 return None  # follower fetches are exempt, as on a broker
             ctx.fetch_max_wait_ms = info.max_wait_ms
             if engine.enforcing and info.max_bytes_at is not None and info.max_bytes is not None:
-                cap = q.fetch.max_value_in_quota_window(user, client_id)
+                cap = self._fetch_cap(q, user, client_id)
                 if cap < info.max_bytes:
                     at = info.max_bytes_at
                     ctx.forward = Pieces((ctx.frame[:at], INT32.pack(max(int(cap), 1)),
@@ -90,12 +101,22 @@ class QuotaCharge(RequestStage):
             return self._mutation(ctx)
         return None
 
+    def _fetch_cap(self, q: Any, user: str, client_id: str) -> float:
+        """Kafka caps max_bytes at Q*(N-1)*W (getMaxValueInQuotaWindow). The proxy caps at one
+        sample's worth, Q*W, a tenth of that by default, so that one response never holds more
+        than a second of quota. With Kafka's cap, Tansu (which sizes responses by max_bytes
+        and ignores max.partition.fetch.bytes) answered 6 MB at a time to a 1 MiB/s consumer:
+        one delivery fitted per window and the consumer averaged a fraction of its quota."""
+        window_max = q.fetch.max_value_in_quota_window(user, client_id)
+        quota = q.fetch.quota(user, client_id)
+        if quota is None:
+            return float(window_max)
+        return min(window_max, quota * self.engine.config.window_ms / 1000)
+
     def _mutation(self, ctx: RequestContext) -> Reply | None:
         engine, q = self.engine, ctx.quota
         user, client_id = _client(ctx)
-        spec = ctx.header.spec
-        assert spec is not None
-        request = spec.request.decode(bytes(ctx.frame[ctx.header.body_offset:]), version=ctx.api_version)
+        request = decode_request(ctx)
         permits = self._permits(ctx.api_key, request)
         now = engine.clock()
         if ctx.api_version >= STRICT_FROM[ctx.api_key] and engine.enforcing:
@@ -125,7 +146,8 @@ class QuotaCharge(RequestStage):
                 total += max(topic.count - current, 0) if current is not None else topic.count
             return total
         names = (request.topic_names or []) if request.API_VERSION < 6 else [t.name for t in request.topics]
-        return sum(self.topic_partitions(name) or 1 for name in names if name)
+        # A topic named only by id (v6+) counts too: its partition count is not known here.
+        return sum((self.topic_partitions(name) if name else None) or 1 for name in names)
 
 
 def _refusal(api_key: int, version: int, request: Any, throttle_ms: int) -> bytes:
@@ -209,9 +231,12 @@ class QuotaSettle(ResponseStage):
                 throttle(engine, ctx, "fetch", fetch_throttle, now)
                 throttle(engine, ctx, "request", request_throttle, now)
                 if engine.enforcing:
-                    # Kafka un-records the bytes and sends an empty response in their place.
+                    # Kafka un-records the bytes and sends an empty response in their place,
+                    # still carrying max(broker's, proxy's) throttle.
                     q.fetch.unrecord(user, client_id, size, now)
-                    return throttled_response_body(ctx.api_version, ctx.throttle_ms,
+                    at = throttle_offset(FETCH, ctx.api_version, body)
+                    broker_ms = read_throttle(body, at) if at is not None else 0
+                    return throttled_response_body(ctx.api_version, max(ctx.throttle_ms, broker_ms),
                                                    session_id(body, ctx.api_version))
                 return None
         throttle(engine, ctx, "request", request_throttle, now)
