@@ -9,10 +9,11 @@ then stops reading from the client for the proxy's throttle.
 
 Request time at a proxy. The proxy cannot see broker threads, so it charges the proxy's own
 processing time for the request and its response, plus the broker's service time as seen from
-the proxy, except for requests that wait at the broker by design (a Fetch with max_wait_ms > 0,
-Produce with acks=all, JoinGroup, SyncGroup), whose broker time is not charged: an idle consumer
-long-polling an empty topic costs almost nothing, while a client busy-polling is charged for
-every round trip.
+the proxy, except for requests a broker answers only after waiting by design (`WAITING_APIS`:
+a long-poll Fetch, Produce with acks=all, coordinator lookups and group membership, offset and
+transaction commits, controller operations), whose broker time is mostly waiting, not work, and
+is not charged. An idle consumer long-polling an empty topic costs almost nothing, while a
+client busy-polling (Metadata, ListOffsets, Fetch with max_wait_ms=0) pays for every trip.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from .context import RequestContext
 from .quota_engine import QuotaEngine
 from .stages import Reply, RequestStage, ResponseStage
 
-PRODUCE, FETCH, JOIN_GROUP, SYNC_GROUP = 0, 1, 11, 14
+PRODUCE, FETCH = 0, 1
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
@@ -187,13 +188,25 @@ def throttle(engine: QuotaEngine, ctx: RequestContext, quota_type: str, throttle
         ctx.throttle_ms = max(ctx.throttle_ms, throttle_ms)
 
 
+# Answered after a wait: for a coordinator (FindCoordinator can wait for one to load), for a
+# rebalance, for replication of an offset or transaction commit, or for the controller.
+WAITING_APIS = frozenset({
+    10,  # FindCoordinator
+    11, 12, 13, 14,  # JoinGroup, Heartbeat, LeaveGroup, SyncGroup
+    8, 28,  # OffsetCommit, TxnOffsetCommit
+    22, 24, 25, 26,  # InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+    19, 20, 21, 37, 43, 44, 45, 33,  # Create/DeleteTopics, DeleteRecords, CreatePartitions,
+    # ElectLeaders, IncrementalAlterConfigs, AlterPartitionReassignments, AlterConfigs
+})
+
+
 def _waits_at_broker(ctx: RequestContext) -> bool:
     key = ctx.api_key
     if key == FETCH:
         return ctx.fetch_max_wait_ms > 0
     if key == PRODUCE:
         return produce_acks(ctx.frame, ctx.header.body_offset, ctx.api_version) == -1
-    return key in (JOIN_GROUP, SYNC_GROUP)
+    return key in WAITING_APIS
 
 
 def request_time_ms(ctx: RequestContext, now: float) -> float:
