@@ -13,6 +13,7 @@ import json
 import re
 import shlex
 import tomllib
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
@@ -20,10 +21,15 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry
 
+from config.quota_settings import QuotaSettings, default_state_file, validate_quota_entries
 from config.settings import HostPort, Settings, load_file, merge
 from proxy.metrics import ProxyMetrics
+from proxy.quota_engine import QuotaEngine
+from proxy.quota_metrics import QuotaCollector
+from quota.entities import CLIENT_KEYS, DEFAULT, QuotaEntity, QuotaKey
+from quota.resolution import QuotaStore
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -395,37 +401,313 @@ def test_grafana_dashboard_provider_loads_the_dashboard_folder() -> None:
     assert home == f"{dashboards_in_container}/{DASHBOARD.name}"
 
 
-def exposed_metric_types() -> dict[str, str]:
-    """Metric name -> type as the proxy's /metrics endpoint announces them (# TYPE lines)."""
-    text = generate_latest(ProxyMetrics().registry).decode()
-    return {m[0]: m[1] for m in re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE)}
+# ---------------------------------------------------------------------------------------------
+# Grafana dashboard against the proxy's metrics
+
+METRIC_SOURCES = (REPO / "proxy" / "metrics.py", REPO / "proxy" / "quota_metrics.py")
+QUOTA_STAGES = REPO / "proxy" / "quota_stages.py"
+METRIC_PREFIX = "kafka_quota_proxy_"
+GRID_COLUMNS = 24
+# Labels whose values are a closed set the populated registry below emits in full.
+ENUMERATED_LABELS = ("quota_type", "mode")
+GRAFANA_BUILTIN_VARIABLES = ("__rate_interval", "__interval", "__range", "__interval_ms",
+                             "__range_s", "__range_ms")
+ORIGINAL_PANELS = {
+    "Requests/s per API":
+        "sum by (api) (rate(kafka_quota_proxy_requests_total[$__rate_interval]))",
+    "Proxy-to-broker latency p99 per API":
+        "histogram_quantile(0.99, sum by (api, le) "
+        "(rate(kafka_quota_proxy_upstream_latency_seconds_bucket[$__rate_interval])))",
+    "Open client connections": "sum(kafka_quota_proxy_connections_open)",
+}
+QUOTA_PANELS = [
+    ("Quotas per tenant", "row"),
+    ("Quota mode", "stat"),
+    ("Quota entities dropped", "stat"),
+    ("Configured quotas", "table"),
+    ("Produce rate vs quota per tenant", "timeseries"),
+    ("Fetch rate vs quota per tenant", "timeseries"),
+    ("Request time vs quota per tenant", "timeseries"),
+    ("Throttle time per tenant", "timeseries"),
+]
+
+
+def dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+
+
+def provisioned_datasource() -> dict[str, str]:
+    (datasource,) = yaml.safe_load(GRAFANA_DATASOURCES.read_text(encoding="utf-8"))["datasources"]
+    return {"type": datasource["type"], "uid": datasource["uid"]}
+
+
+def panel_by_title(title: str) -> dict[str, Any]:
+    (panel,) = [p for p in dashboard()["panels"] if p["title"] == title]
+    return panel
+
+
+def targets(panel: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["refId"]: t for t in panel.get("targets", [])}
+
+
+def all_exprs() -> list[str]:
+    return [t["expr"] for p in dashboard()["panels"] for t in p.get("targets", [])]
+
+
+def throttle_quota_types() -> set[str]:
+    """The quota_type values the proxy counts throttles under, as its request stages pass them."""
+    found = set(re.findall(r'\bthrottle\(\s*engine,\s*ctx,\s*"(\w+)"',
+                           QUOTA_STAGES.read_text(encoding="utf-8")))
+    assert found, f"no throttle(engine, ctx, \"<quota type>\", ...) calls found in {QUOTA_STAGES}"
+    return found
+
+
+def declared_metric_families() -> set[str]:
+    """Family names as proxy/metrics.py and proxy/quota_metrics.py spell them: prefix + "name"."""
+    names: set[str] = set()
+    for source in METRIC_SOURCES:
+        names.update(METRIC_PREFIX + n for n in re.findall(r'\b[pP] \+ "(\w+)"',
+                                                           source.read_text(encoding="utf-8")))
+    return names
+
+
+def populated_registry() -> CollectorRegistry:
+    """A proxy's registry (ProxyMetrics plus its QuotaCollector, as proxy/server.py wires them) with
+    at least one series in every family the dashboard can use, so label names can be read off."""
+    now = 1_000
+    client = {key: 10.0 for key in CLIENT_KEYS}
+    store = QuotaStore({QuotaEntity(client_id="demo"): client,
+                        QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0}})
+    engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now)
+    managers = engine.scope("kafka:19092")
+    managers.produce.record_and_get_throttle_ms("alice", "demo", 100.0, now)
+    managers.fetch.record_and_get_throttle_ms("alice", "demo", 100.0, now)
+    managers.request.record_and_get_throttle_ms("alice", "demo", 5.0, now)
+    managers.mutation.record_permissive("alice", "demo", 1.0, now)
+    for quota_type in throttle_quota_types():
+        engine.throttles.add(quota_type, "alice", "demo", 10, now)
+    engine.connection_throttles.add("connection_creation_rate", "10.0.0.1", "", 10, now)
+    metrics = ProxyMetrics()
+    metrics.api(0)
+    metrics.protocol_errors.labels("bad_size")
+    metrics.registry.register(QuotaCollector(engine))
+    return metrics.registry
+
+
+@dataclass
+class ExportedSeries:
+    """One series name as a Prometheus scrape of the proxy stores it."""
+
+    family_type: str
+    labels: set[str] = field(default_factory=set)
+    values: dict[str, set[str]] = field(default_factory=dict)
+
+
+def exported_series() -> dict[str, ExportedSeries]:
+    """Every series name the proxy exports (counters as <name>_total, histograms as _bucket, _sum,
+    _count), with the labels and label values seen on the populated registry."""
+    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count", "_created"),
+                "gauge": ("",)}
+    out: dict[str, ExportedSeries] = {}
+    for family in populated_registry().collect():
+        for suffix in suffixes[family.type]:
+            out[family.name + suffix] = ExportedSeries(family.type)
+        for sample in family.samples:
+            series = out.setdefault(sample.name, ExportedSeries(family.type))
+            series.labels.update(sample.labels)
+            for label, value in sample.labels.items():
+                series.values.setdefault(label, set()).add(value)
+    return out
+
+
+def selectors(expr: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """(metric, [(label, operator, value)]) for every kafka_quota_proxy_ selector of a PromQL expr."""
+    found = []
+    for match in re.finditer(rf"({METRIC_PREFIX}\w+)(?:\{{([^}}]*)\}})?", expr):
+        matchers = re.findall(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"', match.group(2) or "")
+        found.append((match.group(1), matchers))
+    return found
+
+
+def variable_references(text: str) -> set[str]:
+    names = set(re.findall(r"\$\{(\w+)(?::\w+)?\}|\[\[(\w+)\]\]|\$(\w+)", text))
+    return {n for group in names for n in group if n} - set(GRAFANA_BUILTIN_VARIABLES)
+
+
+def test_metric_families_declared_in_the_source_are_all_collected() -> None:
+    collected = {family.name for family in populated_registry().collect()}
+    declared = declared_metric_families()
+    assert declared, "no metric names found in proxy/metrics.py or proxy/quota_metrics.py"
+    assert declared <= collected, f"declared but not collected: {sorted(declared - collected)}"
+    series = exported_series()
+    assert series["kafka_quota_proxy_requests_total"].family_type == "counter"
+    assert series["kafka_quota_proxy_throttle_time_ms_total"].family_type == "counter"
+    assert series["kafka_quota_proxy_upstream_latency_seconds_bucket"].family_type == "histogram"
+    assert series["kafka_quota_proxy_byte_rate"].family_type == "gauge"
+    assert "kafka_quota_proxy_throttle_time_ms" not in series  # counters are scraped as _total
+
+
+def test_grafana_dashboard_keeps_the_proxy_panels() -> None:
+    d = dashboard()
+    assert d["uid"] == "kafka-quota-proxy"
+    assert d["schemaVersion"] == 39
+    panels = d["panels"]
+    assert [p["title"] for p in panels[:3]] == list(ORIGINAL_PANELS)
+    for panel in panels[:3]:
+        assert [t["expr"] for t in panel["targets"]] == [ORIGINAL_PANELS[panel["title"]]]
+    assert [(p["title"], p["type"]) for p in panels[3:]] == QUOTA_PANELS
 
 
 def test_grafana_dashboard_queries_metrics_the_proxy_exports() -> None:
-    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
-    (datasource,) = yaml.safe_load(GRAFANA_DATASOURCES.read_text(encoding="utf-8"))["datasources"]
-    assert dashboard["uid"] == "kafka-quota-proxy"
-    panels = dashboard["panels"]
-    assert [p["title"] for p in panels] == [
-        "Requests/s per API", "Proxy-to-broker latency p99 per API", "Open client connections"]
-    exprs = [t["expr"] for p in panels for t in p["targets"]]
-    assert exprs == [
-        "sum by (api) (rate(kafka_quota_proxy_requests_total[$__rate_interval]))",
-        "histogram_quantile(0.99, sum by (api, le) "
-        "(rate(kafka_quota_proxy_upstream_latency_seconds_bucket[$__rate_interval])))",
-        "sum(kafka_quota_proxy_connections_open)",
-    ]
-    for panel in panels:
-        assert panel["datasource"] == {"type": "prometheus", "uid": datasource["uid"]}
+    series = exported_series()
+    exprs = all_exprs()
+    assert len(exprs) == 13
+    for expr in exprs:
+        used = selectors(expr)
+        assert used, f"expression queries no proxy metric: {expr}"
+        for name, matchers in used:
+            assert name in series, f"the proxy does not export {name} (in {expr})"
+            exported = series[name]
+            for label, operator, value in matchers:
+                assert label in exported.labels, f"{name} has no label {label} (in {expr})"
+                if label in ENUMERATED_LABELS and operator in ("=", "=~") and "$" not in value:
+                    wanted = set(value.split("|")) if operator == "=~" else {value}
+                    assert wanted <= exported.values[label], (
+                        f"{name} never has {label} in {sorted(wanted - exported.values[label])}")
+        labels = set().union(*(series[name].labels for name, _ in used))
+        for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+            for label in filter(None, (s.strip() for s in clause.split(","))):
+                assert label in labels, f"aggregation by {label}, which no queried metric has: {expr}"
+
+
+def test_grafana_dashboard_legends_use_labels_the_queries_return() -> None:
+    series = exported_series()
+    for panel in dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            used = [name for name, _ in selectors(target["expr"]) if name in series]
+            labels = set().union(*(series[name].labels for name in used))
+            for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")):
+                assert label in labels, f"{panel['title']}: legend uses {label}, not a label of the query"
+
+
+def test_grafana_dashboard_panels_use_the_provisioned_datasource() -> None:
+    datasource = provisioned_datasource()
+    for panel in dashboard()["panels"]:
+        if panel["type"] == "row":
+            assert "targets" not in panel
+            continue
+        assert panel["datasource"] == datasource, panel["title"]
+        refs = [t["refId"] for t in panel["targets"]]
+        assert refs and len(refs) == len(set(refs)), f"{panel['title']}: refIds {refs}"
         for target in panel["targets"]:
-            assert target["datasource"] == panel["datasource"]
-    types = exposed_metric_types()
-    assert types["kafka_quota_proxy_requests_total"] == "counter"
-    assert types["kafka_quota_proxy_upstream_latency_seconds"] == "histogram"
-    assert types["kafka_quota_proxy_connections_open"] == "gauge"
-    for name in re.findall(r"kafka_quota_proxy_\w+", " ".join(exprs)):
-        base = re.sub(r"_(bucket|sum|count)$", "", name)
-        assert name in types or types.get(base) == "histogram", f"the proxy does not export {name}"
+            assert target["datasource"] == datasource, panel["title"]
+
+
+def test_grafana_dashboard_panel_ids_are_unique() -> None:
+    ids = [p["id"] for p in dashboard()["panels"]]
+    assert all(isinstance(i, int) and i > 0 for i in ids)
+    assert len(ids) == len(set(ids)), f"duplicate panel ids: {ids}"
+
+
+def test_grafana_dashboard_grid_positions_do_not_overlap() -> None:
+    boxes = []
+    for panel in dashboard()["panels"]:
+        g = panel["gridPos"]
+        x, y, w, h = g["x"], g["y"], g["w"], g["h"]
+        assert w > 0 and h > 0 and x >= 0 and y >= 0, panel["title"]
+        assert x + w <= GRID_COLUMNS, f"{panel['title']} is wider than the grid"
+        if panel["type"] == "row":
+            assert (x, w, h) == (0, GRID_COLUMNS, 1), panel["title"]
+        boxes.append((panel["title"], x, y, w, h))
+    for i, (a, ax, ay, aw, ah) in enumerate(boxes):
+        for b, bx, by, bw, bh in boxes[i + 1:]:
+            overlap = ax < bx + bw and bx < ax + aw and ay < by + bh and by < ay + ah
+            assert not overlap, f"panels {a!r} and {b!r} overlap"
+
+
+def test_grafana_dashboard_template_variables() -> None:
+    variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
+    assert list(variables) == ["user", "client_id"]
+    series = exported_series()
+    for name, variable in variables.items():
+        assert variable["type"] == "query"
+        assert variable["datasource"] == provisioned_datasource()
+        query = f"label_values(kafka_quota_proxy_byte_rate, {name})"
+        assert variable["definition"] == query and variable["query"]["query"] == query
+        assert name in series["kafka_quota_proxy_byte_rate"].labels
+        assert variable["multi"] is True and variable["includeAll"] is True
+        # Not Grafana's default All (the values found, joined): those leave out the entities
+        # measured with an empty tag and raw principals that only the throttle counters carry.
+        assert variable["allValue"] == ".*"
+    referenced: set[str] = set()
+    for panel in dashboard()["panels"]:
+        for target in panel.get("targets", []):
+            referenced |= variable_references(target["expr"] + target.get("legendFormat", ""))
+    assert referenced == set(variables), f"variables used {referenced}, defined {set(variables)}"
+
+
+@pytest.mark.parametrize(("title", "quota_type", "measured"), [
+    ("Produce rate vs quota per tenant", "producer_byte_rate", "kafka_quota_proxy_byte_rate"),
+    ("Fetch rate vs quota per tenant", "consumer_byte_rate", "kafka_quota_proxy_byte_rate"),
+    ("Request time vs quota per tenant", "request_percentage", "kafka_quota_proxy_request_time_percent"),
+])
+def test_grafana_rate_vs_quota_panels(title: str, quota_type: str, measured: str) -> None:
+    panel = panel_by_title(title)
+    by_ref = targets(panel)
+    assert set(by_ref) == {"A", "B"}
+    (measured_selector,) = selectors(by_ref["A"]["expr"])
+    (limit_selector,) = selectors(by_ref["B"]["expr"])
+    assert measured_selector[0] == measured
+    assert limit_selector[0] == "kafka_quota_proxy_quota_limit"
+    assert ("quota_type", "=", quota_type) in limit_selector[1]
+    if measured == "kafka_quota_proxy_byte_rate":
+        assert ("quota_type", "=", quota_type) in measured_selector[1]
+    for _, matchers in (measured_selector, limit_selector):
+        assert ("user", "=~", "$user") in matchers and ("client_id", "=~", "$client_id") in matchers
+    assert by_ref["A"]["legendFormat"] == "{{user}} {{client_id}}"
+    assert by_ref["B"]["legendFormat"] == "{{user}} {{client_id}} quota"
+    (override,) = panel["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byFrameRefID", "options": "B"}
+    line_style = {p["id"]: p["value"] for p in override["properties"]}["custom.lineStyle"]
+    assert line_style["fill"] == "dash"
+    unit = panel["fieldConfig"]["defaults"]["unit"]
+    assert unit == ("percent" if quota_type == "request_percentage" else "binBps")
+
+
+def test_grafana_throttle_time_panel() -> None:
+    panel = panel_by_title("Throttle time per tenant")
+    (target,) = panel["targets"]
+    expr = target["expr"]
+    assert expr.startswith("sum by (quota_type, user, client_id) "
+                           "(rate(kafka_quota_proxy_throttle_time_ms_total{")
+    assert expr.endswith("}[1m])) / 1000")  # ms of throttle per second -> seconds per second
+    ((_, matchers),) = selectors(expr)
+    (quota_types,) = [v for label, op, v in matchers if label == "quota_type" and op == "=~"]
+    assert set(quota_types.split("|")) == {"produce", "fetch", "request"} <= throttle_quota_types()
+    assert panel["fieldConfig"]["defaults"]["unit"] == "s"
+
+
+def test_grafana_quota_overview_panels() -> None:
+    (mode,) = panel_by_title("Quota mode")["targets"]
+    assert mode["expr"] == "max by (mode) (kafka_quota_proxy_quota_mode) == 1"
+    assert mode["instant"] is True and panel_by_title("Quota mode")["options"]["textMode"] == "name"
+    (dropped,) = panel_by_title("Quota entities dropped")["targets"]
+    assert dropped["expr"] == "sum(kafka_quota_proxy_quota_entities_dropped_total)"
+    table = panel_by_title("Configured quotas")
+    (configured,) = table["targets"]
+    assert selectors(configured["expr"]) == [("kafka_quota_proxy_configured_quota", [])]
+    assert configured["instant"] is True and configured["format"] == "table"
+
+
+def test_compose_proxy_config_has_an_example_quota() -> None:
+    s = compose_settings()
+    assert (s.quota.scope, s.quota.mode) == ("broker", "enforce")
+    quotas = validate_quota_entries(s.quotas, str(COMPOSE_PROXY_CONFIG))
+    assert quotas[QuotaEntity(client_id="demo-limited")][QuotaKey.PRODUCER_BYTE_RATE] == 1048576
+    # The config is bind-mounted read-only, so AlterClientQuotas must keep its state elsewhere.
+    state_file = PurePosixPath(str(default_state_file(CONFIG_PATH_IN_CONTAINER, s.quota)))
+    for _, target in bind_mounts(service("proxy")):
+        assert not state_file.is_relative_to(PurePosixPath(target).parent), state_file
 
 
 # ---------------------------------------------------------------------------------------------
