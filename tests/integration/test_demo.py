@@ -1,4 +1,5 @@
-"""`kafka-quota-proxy demo` end to end: it runs, every record comes back, nothing is left running."""
+"""`kafka-quota-proxy demo` end to end: it runs, the quota holds one producer and not the other,
+every acknowledged record comes back, nothing is left running."""
 
 from __future__ import annotations
 
@@ -19,21 +20,34 @@ def number(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def test_demo_runs_and_cleans_up() -> None:
-    result = subprocess.run([sys.executable, "-m", "proxy.cli", "demo", "--seconds", "6"],
-                            cwd=REPO, capture_output=True, text=True, timeout=90)
+def test_demo_runs_throttles_and_cleans_up() -> None:
+    result = subprocess.run([sys.executable, "-m", "proxy.cli", "demo", "--seconds", "20"],
+                            cwd=REPO, capture_output=True, text=True, timeout=150)
     out = result.stdout
     assert result.returncode == 0, f"exit {result.returncode}\n{out}\n{result.stderr}"
 
-    # Not a terminal: plain progress lines, no live view.
-    assert re.search(r"^\[\s*\d+\.\ds\] produced [\d,]+ ", out, re.MULTILINE), out
+    # Not a terminal: plain progress lines, no live view, with both producers' rates.
+    progress = re.findall(r"^\[\s*\d+\.\ds\] demo-free [\d.]+ MiB/s .* \| demo-limited [\d.]+ MiB/s ",
+                          out, re.MULTILINE)
+    assert len(progress) >= 5, out
 
-    m = re.search(r"produced ([\d,]+) records, consumed ([\d,]+): (MATCH|MISMATCH)", out)
+    summary = out[out.index("\nSummary"):]
+    m = re.search(r"produced ([\d,]+) records \(acknowledged\), consumed ([\d,]+): (MATCH|MISMATCH)",
+                  summary)
     assert m, out
     produced, consumed = number(m[1]), number(m[2])
     assert produced > 0
     assert produced == consumed
     assert m[3] == "MATCH"
+
+    # The quota: the limited producer was throttled, by the proxy and as librdkafka saw it; the
+    # free one not at all.
+    limited = re.search(r"demo-limited\s+throttled ([\d,]+) responses \(([\d,]+) ms in all", summary)
+    assert limited, out
+    assert number(limited[1]) > 0 and number(limited[2]) > 0
+    assert re.search(r"demo-limited\s+throttled .*librdkafka saw up to [\d,]+ ms", summary), out
+    assert re.search(r"demo-free\s+not throttled", summary), out
+    assert re.search(r"demo-limited\s+[\d.]+ MiB/s, quota 1\.00 MiB/s: (NOT )?within 15%", summary), out
 
     # The clients were only ever told the proxy's address, never the broker's.
     broker = re.search(r"Tansu broker: pid (\d+), listening on (\S+)", out)
