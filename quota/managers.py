@@ -37,26 +37,16 @@ def time_ms_to_percentage(time_ms: float) -> float:
     return time_ms * 1000 * 1000 * NANOS_TO_PERCENTAGE_PER_SECOND
 
 
-class ClientQuotaManager:
-    """One client quota type (`producer_byte_rate`, `consumer_byte_rate`; `request_percentage`
-    through `ClientRequestQuotaManager`), as Kafka's ClientQuotaManager.
-
-    Until a quota of this key has ever been configured nothing is recorded and nothing throttles.
-    After that every (user, client-id) is measured on its shared sensor, even where no quota
-    applies, and a request violates its quota when the rate after recording is above the bound.
-    Byte-rate throttles are not bounded.
-    """
+class _ResolvedQuota:
+    """What every (user, client-id) quota manager shares: the key, its sensors, and the
+    resolution of a client to its shared sensor and bound."""
 
     def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors) -> None:
-        if key not in QUOTA_TYPES or key is QuotaKey.CONTROLLER_MUTATION_RATE:
-            raise ValueError(f"{key.value} is not a rate-based client quota")
         self.key = key
         self.quota_type = QUOTA_TYPES[key]
         self.config = config
         self.sensors = sensors
         self.resolver = QuotaResolver(store, key)
-        self.max_throttle_ms: int | None = None  # None: unbounded, as byte rates
-        self._new_rate = lambda: Rate(config)
 
     @property
     def quotas_enabled(self) -> bool:
@@ -69,6 +59,24 @@ class ClientQuotaManager:
     def quota(self, user: str, client_id: str | None) -> float | None:
         """The bound that applies to this client; None = unlimited."""
         return self.resolver.resolve(user, client_id).quota
+
+
+class ClientQuotaManager(_ResolvedQuota):
+    """One client quota type (`producer_byte_rate`, `consumer_byte_rate`; `request_percentage`
+    through `ClientRequestQuotaManager`), as Kafka's ClientQuotaManager.
+
+    Until a quota of this key has ever been configured nothing is recorded and nothing throttles.
+    After that every (user, client-id) is measured on its shared sensor, even where no quota
+    applies, and a request violates its quota when the rate after recording is above the bound.
+    Byte-rate throttles are not bounded.
+    """
+
+    def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors) -> None:
+        if key not in QUOTA_TYPES or key is QuotaKey.CONTROLLER_MUTATION_RATE:
+            raise ValueError(f"{key.value} is not a rate-based client quota")
+        super().__init__(key, store, config, sensors)
+        self.max_throttle_ms: int | None = None  # None: unbounded, as byte rates
+        self._new_rate = lambda: Rate(config)
 
     def record_and_get_throttle_ms(self, user: str, client_id: str | None, value: float,
                                    now_ms: float) -> int:
@@ -221,26 +229,12 @@ class PermissiveControllerMutationQuota(ControllerMutationQuota):
 UNBOUNDED_CONTROLLER_MUTATION_QUOTA = ControllerMutationQuota()
 
 
-class ControllerMutationQuotaManager:
+class ControllerMutationQuotaManager(_ResolvedQuota):
     """`controller_mutation_rate` (KIP-599): a token bucket per shared (user, client-id) sensor,
     refilled at the quota in partitions per second, with a burst of N * W * Q."""
 
     def __init__(self, store: QuotaStore, config: MetricConfig, sensors: Sensors) -> None:
-        self.key = QuotaKey.CONTROLLER_MUTATION_RATE
-        self.quota_type = QUOTA_TYPES[self.key]
-        self.config = config
-        self.sensors = sensors
-        self.resolver = QuotaResolver(store, self.key)
-
-    @property
-    def quotas_enabled(self) -> bool:
-        return self.resolver.quotas_enabled
-
-    def tags(self, user: str, client_id: str | None) -> Tags:
-        return self.resolver.resolve(user, client_id).tags
-
-    def quota(self, user: str, client_id: str | None) -> float | None:
-        return self.resolver.resolve(user, client_id).quota
+        super().__init__(QuotaKey.CONTROLLER_MUTATION_RATE, store, config, sensors)
 
     def _bucket(self, user: str, client_id: str | None, now_ms: float) -> TokenBucket | None:
         if not self.resolver.quotas_enabled:

@@ -81,10 +81,19 @@ async def running(handler: Handler = default_handler, **config: Any) -> AsyncIte
     from config.settings import parse_values
 
     settings = merge(parse_values({k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}))
+    try:
+        async with serving(settings, broker) as h:
+            yield h
+    finally:
+        await broker.stop()
+
+
+@asynccontextmanager
+async def serving(settings: Settings, broker: FakeBroker) -> AsyncIterator[Harness]:
+    """A Proxy with these settings in front of `broker`, shut down afterwards."""
     proxy = Proxy(settings)
     await proxy.start()
     try:
         yield Harness(broker, proxy, settings)
     finally:
         await proxy.shutdown()
-        await broker.stop()

@@ -39,12 +39,11 @@ from protocol.fetch import read_fetch_request
 from protocol.headers import RequestHeader, frame_response
 from protocol.produce import produce_acks
 from proxy.reload import reload_config
-from proxy.server import Proxy
 from quota.entities import QuotaEntity, QuotaKey
 from tests.support.fake_broker import NODE_ID, BrokerConn, FakeBroker, list_groups_v0_body
 from tests.support.processes import free_port
 
-from .conftest import Harness, correlation_id, is_closed, read_frame, request_frame, running
+from .conftest import Harness, correlation_id, is_closed, read_frame, request_frame, running, serving
 
 START_MS = 1_000_000  # the fake clock's start; any value works, samples start at the first event
 SESSION = 0x5E55
@@ -877,12 +876,8 @@ def write_config(path: Path, broker: FakeBroker, listen: int, node: int, **extra
 async def from_file(path: Path, broker: FakeBroker) -> AsyncIterator[Harness]:
     settings = merge(load_file(path))
     assert settings.config_path == str(path)
-    proxy = Proxy(settings)
-    await proxy.start()
-    try:
-        yield Harness(broker, proxy, settings)
-    finally:
-        await proxy.shutdown()
+    async with serving(settings, broker) as h:
+        yield h
 
 
 def effective(h: Harness) -> dict[QuotaEntity, dict[str, float]]:
