@@ -184,7 +184,8 @@ class ClientConnection(asyncio.Protocol):
         m.requests.inc()  # type: ignore[attr-defined]
         m.request_bytes.inc(len(frame))  # type: ignore[attr-defined]
         if header.api_key == PRODUCE:
-            ctx.expects_response = produce_acks(frame, header.body_offset, header.api_version) != 0
+            ctx.acks = produce_acks(frame, header.body_offset, header.api_version)
+            ctx.expects_response = ctx.acks != 0
         for stage in self.proxy.pipeline.request_stages(header.api_key):
             reply = stage.on_request(ctx)
             if reply is not None:

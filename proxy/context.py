@@ -32,6 +32,7 @@ class RequestContext:
     frame: memoryview  # the whole request frame, size prefix included
     conn: ConnectionInfo
     expects_response: bool = True
+    acks: int = 1  # Produce only: the request's acks
     received_at: float = 0.0  # perf_counter() when the proxy read the request
     # perf_counter() when forwarded: uvloop's loop.time() only ticks in whole milliseconds,
     # too coarse for a proxy hop.

@@ -32,7 +32,6 @@ from protocol.errors import MalformedMessage
 from protocol.fetch import read_fetch_request, session_id, throttled_response_body
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
-from protocol.produce import produce_acks
 from protocol.throttle import patched, read_throttle, throttle_offset
 
 from .context import RequestContext
@@ -205,7 +204,7 @@ def _waits_at_broker(ctx: RequestContext) -> bool:
     if key == FETCH:
         return ctx.fetch_max_wait_ms > 0
     if key == PRODUCE:
-        return produce_acks(ctx.frame, ctx.header.body_offset, ctx.api_version) == -1
+        return ctx.acks == -1
     return key in WAITING_APIS
 
 
