@@ -1,0 +1,2 @@
+"""Who is calling: SASL tokens, credentials, Kafka's principal mapping rules. Pure logic, no I/O
+beyond reading and atomically writing the credentials file."""
