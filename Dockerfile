@@ -22,6 +22,7 @@ COPY protocol/ protocol/
 COPY quota/ quota/
 COPY proxy/ proxy/
 COPY config/ config/
+COPY identity/ identity/
 RUN pip wheel --wheel-dir /wheels .
 
 # ---- runtime: install the wheels only, run as an unprivileged user --------------------------------

@@ -14,6 +14,18 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError
+from .identity_settings import (
+    SaslSettings,
+    TlsSettings,
+    UpstreamSaslSettings,
+    UpstreamTlsSettings,
+    parse_cidr_principals,
+    parse_sasl,
+    parse_ssl_rules,
+    parse_tls,
+    parse_upstream_sasl,
+    parse_upstream_tls,
+)
 from .quota_settings import (
     QuotaEntry,
     QuotaSettings,
@@ -54,6 +66,13 @@ class Settings:
     quota: QuotaSettings = QuotaSettings()
     quotas: tuple[QuotaEntry, ...] = ()
     config_path: str | None = None  # the YAML file these came from, watched for quota changes
+    tls: TlsSettings | None = None
+    upstream_tls: UpstreamTlsSettings | None = None
+    sasl: SaslSettings = SaslSettings()
+    upstream_sasl: UpstreamSaslSettings | None = None
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    principals_by_cidr: tuple[tuple[Any, str], ...] = ()
+    proxy_protocol: bool = False
 
     @property
     def effective_advertised_host(self) -> str:
@@ -143,6 +162,12 @@ def _node_ports(key: str, value: Any) -> dict[int, int]:
     return out
 
 
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(key, f"expected true or false, got {value!r}")
+    return value
+
+
 def _metrics(key: str, value: Any) -> HostPort | None:
     return None if value in (None, "", False) else parse_host_port(key, value)
 
@@ -163,6 +188,13 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "max_inflight_requests": ("max_inflight_requests", _positive_int),
     "quota": ("quota", lambda k, v: parse_quota_section(v)),
     "quotas": ("quotas", lambda k, v: tuple(parse_quota_list(v))),
+    "tls": ("tls", lambda k, v: parse_tls(v)),
+    "upstream_tls": ("upstream_tls", lambda k, v: parse_upstream_tls(v)),
+    "sasl": ("sasl", lambda k, v: parse_sasl(v)),
+    "upstream_sasl": ("upstream_sasl", lambda k, v: parse_upstream_sasl(v)),
+    "ssl_principal_mapping_rules": ("ssl_principal_mapping_rules", lambda k, v: parse_ssl_rules(v)),
+    "principals_by_cidr": ("principals_by_cidr", lambda k, v: parse_cidr_principals(v)),
+    "proxy_protocol": ("proxy_protocol", _bool),
 }
 
 

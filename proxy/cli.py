@@ -112,6 +112,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .demo import main as demo_main
 
             return demo_main(argv[1:])
+        if argv[:1] == ["users"]:
+            from .users_cli import main as users_main
+
+            return users_main(argv[1:])
         return _run(argv)
     except ConfigError as exc:
         print(f"kafka-quota-proxy: config error: {exc}", file=sys.stderr)

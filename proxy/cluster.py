@@ -11,13 +11,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 from typing import Any
 
 from config import HostPort, Settings
+from config.identity_settings import UpstreamSaslSettings
 from protocol import bootstrap
 from protocol.errors import ProtocolError
 from protocol.framing import FrameDecoder
+
+from .upstream_auth import open_upstream
 
 log = logging.getLogger("kafka_quota_proxy.cluster")
 
@@ -29,8 +33,10 @@ class RoutingError(ProtocolError):
 class Cluster:
     """Node id -> real broker address, and the listener that stands for each node."""
 
-    def __init__(self, settings: Settings, open_listener: Callable[[int, socket.socket], None]) -> None:
+    def __init__(self, settings: Settings, open_listener: Callable[[int, socket.socket], None],
+                 upstream_ssl: ssl.SSLContext | None = None) -> None:
         self.settings = settings
+        self.upstream_ssl = upstream_ssl
         self.nodes: dict[int, HostPort] = {}
         self._open_listener = open_listener
         self._listening: set[int] = set()
@@ -138,16 +144,21 @@ class Cluster:
                 errors.append(f"{target}: {exc or type(exc).__name__}")
         raise OSError("; ".join(errors))
 
-    @staticmethod
-    async def _ask(target: HostPort) -> list[tuple[int, str, int]]:
-        reader, writer = await asyncio.open_connection(target.host, target.port)
-        try:
-            writer.write(bootstrap.api_versions_request(1))
-            version = bootstrap.metadata_version(await _read_frame(reader), 1)
-            writer.write(bootstrap.metadata_request(2, version))
-            return bootstrap.metadata_brokers(await _read_frame(reader), 2, version)
-        finally:
-            writer.close()
+    async def _ask(self, target: HostPort) -> list[tuple[int, str, int]]:
+        return await ask_brokers(target, self.upstream_ssl, self.settings.upstream_sasl)
+
+
+async def ask_brokers(target: HostPort, ssl_ctx: ssl.SSLContext | None = None,
+                      creds: UpstreamSaslSettings | None = None) -> list[tuple[int, str, int]]:
+    """(node id, host, port) of every broker, asked of one broker."""
+    reader, writer = await open_upstream(target.host, target.port, ssl_ctx, creds)
+    try:
+        writer.write(bootstrap.api_versions_request(1))
+        version = bootstrap.metadata_version(await _read_frame(reader), 1)
+        writer.write(bootstrap.metadata_request(2, version))
+        return bootstrap.metadata_brokers(await _read_frame(reader), 2, version)
+    finally:
+        writer.close()
 
 
 async def _read_frame(reader: asyncio.StreamReader) -> bytes:

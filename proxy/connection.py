@@ -18,12 +18,13 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from config import HostPort
 from protocol.errors import ProtocolError
 from protocol.framing import FrameDecoder
 from protocol.headers import (
+    RequestHeader,
     frame_response,
     parse_request_header,
     response_body_offset,
@@ -32,9 +33,12 @@ from protocol.headers import (
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
 from protocol.produce import PRODUCE, produce_acks
+from protocol.proxy_protocol import ProxyHeaderParser
 
 from .context import ConnectionInfo, RequestContext
+from .sasl_stages import SASL_AUTHENTICATE, SaslInspect, SaslTerminate
 from .stages import Reply
+from .upstream_auth import open_upstream
 
 if TYPE_CHECKING:
     from .server import Proxy
@@ -102,6 +106,8 @@ class ClientConnection(asyncio.Protocol):
         self._muted_until = 0.0  # loop time until which a quota throttle holds reading
         self._unmute: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
+        self._proxy_header: ProxyHeaderParser | None = None
+        self.admitted = False  # counted in the proxy's per-IP connection counts
 
     # -- client side ---------------------------------------------------------------------------
 
@@ -112,8 +118,19 @@ class ClientConnection(asyncio.Protocol):
             self.peer_ip = str(peer[0])
             self.info.peer = str(HostPort(self.peer_ip, int(peer[1])))
         self.gate = ReadGate(self.transport)
-        self.gate.pause("connecting")
         self.proxy.connection_opened(self)
+        if self.proxy.settings.proxy_protocol:
+            # The real client address comes first, in a PROXY protocol header; nothing else
+            # (admission, identity, the broker connection) can start before it.
+            self._proxy_header = ProxyHeaderParser()
+            return
+        self._start()
+
+    def _start(self) -> None:
+        """Admission, identity, then the broker connection, once the client address is known."""
+        assert self.gate is not None and self.transport is not None
+        self.gate.pause("connecting")
+        self.info.principal = self.proxy.identify(self.transport, self.peer_ip)
         loop = asyncio.get_running_loop()
         delay_ms = self.proxy.admit(self, self.peer_ip)
         if delay_ms is not None:
@@ -128,11 +145,8 @@ class ClientConnection(asyncio.Protocol):
         errors = []
         for target in self.targets():
             try:
-                _, upstream = await asyncio.wait_for(
-                    loop.create_connection(lambda: UpstreamConnection(self), target.host, target.port),
-                    timeout,
-                )
-            except (TimeoutError, OSError) as exc:
+                upstream = await asyncio.wait_for(self._open(loop, target), timeout)
+            except (TimeoutError, OSError, ProtocolError) as exc:
                 self.proxy.metrics.upstream_connect_failures.inc()
                 errors.append(f"{target}: {exc or 'timed out'}")
                 continue
@@ -152,8 +166,27 @@ class ClientConnection(asyncio.Protocol):
                         self.info.describe(), self.listener, "; ".join(errors) or "no known address")
             self.close()
 
+    async def _open(self, loop: asyncio.AbstractEventLoop, target: HostPort) -> UpstreamConnection:
+        settings = self.proxy.settings
+        if settings.upstream_sasl is None:
+            _, upstream = await loop.create_connection(
+                lambda: UpstreamConnection(self), target.host, target.port, ssl=self.proxy.upstream_ssl,
+                server_hostname=target.host if self.proxy.upstream_ssl else None)
+            return upstream
+        # Authenticate on a stream first, then hand the transport to the forwarding protocol.
+        _, writer = await open_upstream(target.host, target.port, self.proxy.upstream_ssl,
+                                        settings.upstream_sasl)
+        upstream = UpstreamConnection(self)
+        transport = writer.transport
+        transport.set_protocol(upstream)
+        upstream.connection_made(transport)
+        return upstream
+
     def data_received(self, data: bytes) -> None:
         if self._closed:
+            return
+        if self._proxy_header is not None:
+            self._receive_proxy_header(data)
             return
         if self.upstream is None:
             # Reading is paused until the broker connection is up, but a loop may still hand
@@ -176,7 +209,29 @@ class ClientConnection(asyncio.Protocol):
             assert self.gate is not None
             self.gate.pause("inflight")
 
+    def _receive_proxy_header(self, data: bytes) -> None:
+        assert self._proxy_header is not None
+        try:
+            header = self._proxy_header.feed(data)
+        except ProtocolError as exc:
+            self._bad_input(exc)
+            return
+        if header is None:
+            return
+        rest = self._proxy_header.remaining
+        self._proxy_header = None
+        if header.source is not None:  # LOCAL (a health check) keeps the balancer's address
+            self.peer_ip = header.source[0]
+            self.info.peer = str(HostPort(self.peer_ip, header.source[1]))
+        self._start()
+        if rest:
+            self._early.append(bytes(rest))
+
     def _handle_request(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
+        sasl = self.info.sasl
+        if sasl is not None and sasl.legacy and sasl.mechanism is not None:
+            self._legacy_token(frame, out)
+            return
         received_at = perf_counter()
         header = parse_request_header(frame)
         ctx = RequestContext(header, frame, self.info, received_at=received_at)
@@ -204,9 +259,72 @@ class ClientConnection(asyncio.Protocol):
             out.append(frame)
 
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
+        if reply.later is not None:
+            # Hold this place in the response order until the answer is computed.
+            pending = _Pending(ctx)
+            self._inflight.append(pending)
+            assert self.gate is not None
+            self.gate.pause("authenticating")
+
+            def done(future: Any) -> None:
+                if self.gate is not None:
+                    self.gate.resume("authenticating")
+                if not self._closed:
+                    answer: Reply = future.result()
+                    self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
+                               answer.close_after)
+            reply.later.add_done_callback(done)
+            return
+        self._reply(ctx, self._frame_reply(ctx, reply.body), reply.delay_ms, reply.close_after)
+
+    @staticmethod
+    def _frame_reply(ctx: RequestContext, body: bytes) -> bytes:
         hv = ctx.header.spec.response_header_version(ctx.api_version) if ctx.header.spec else 0
-        self._inflight.append(_Pending(ctx, frame_response(ctx.header.correlation_id, hv, reply.body)))
-        self._flush()
+        return frame_response(ctx.header.correlation_id, hv, body)
+
+    def _reply(self, ctx: RequestContext, frame: bytes, delay_ms: int = 0, close_after: bool = False) -> None:
+        """Queue a response the proxy made, in order; optionally held back, optionally the last."""
+        pending = _Pending(ctx)
+        self._inflight.append(pending)
+        self._fill(pending, frame, delay_ms, close_after)
+
+    def _fill(self, pending: _Pending, frame: bytes, delay_ms: int, close_after: bool) -> None:
+        if close_after:
+            # Nothing after a failed authentication is read (a broker closes the connection).
+            assert self.gate is not None
+            self.gate.pause("closing")
+            self._draining = True
+
+        def ready() -> None:
+            pending.response = frame
+            self._flush()
+        if delay_ms > 0:
+            self.proxy.loop.call_later(delay_ms / 1000, ready)
+        else:
+            ready()
+
+    def _legacy_token(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
+        """A bare SASL token after SaslHandshake v0: no Kafka header, no correlation id."""
+        header = RequestHeader(SASL_AUTHENTICATE, 0, -1, None, 4, None)
+        ctx = RequestContext(header, frame, self.info, received_at=perf_counter(), raw=True)
+        sasl = self.proxy.sasl_stage
+        assert sasl is not None
+        if isinstance(sasl, SaslTerminate):
+            token, code, _, delay = sasl.step(self.info, self.peer_ip, bytes(frame[4:]))
+            if code:
+                # v0 has no error frame: the broker just closes the connection.
+                self._reply(ctx, b"", delay, close_after=True)
+                return
+            if self.info.sasl.server is None:
+                self.info.sasl.legacy = False
+            self._reply(ctx, INT32.pack(len(token)) + token)
+            return
+        sasl.legacy_token(self.info, bytes(frame[4:]))
+        pending = _Pending(ctx)
+        self._inflight.append(pending)
+        self._awaiting.append(pending)
+        ctx.sent_at = perf_counter()
+        out.append(frame)
 
     def _bad_input(self, exc: ProtocolError) -> None:
         self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
@@ -237,14 +355,21 @@ class ClientConnection(asyncio.Protocol):
 
     def on_response(self, frame: memoryview) -> None:
         """Called by the upstream connection for each complete response frame."""
-        correlation_id = response_correlation_id(frame)
         if not self._awaiting:
-            raise ProtocolError(f"unsolicited response (correlation id {correlation_id})")
+            raise ProtocolError("unsolicited response")
         pending = self._awaiting.popleft()
         ctx = pending.ctx
         ctx.answered_at = perf_counter()
         if len(self._awaiting) < self.proxy.settings.max_inflight_requests and self.gate is not None:
             self.gate.resume("inflight")
+        if ctx.raw:  # the broker's bare answer to a legacy SASL token
+            stage = self.proxy.sasl_stage
+            assert isinstance(stage, SaslInspect)
+            stage.legacy_answer(self.info)
+            pending.response = bytes(frame)
+            self._flush()
+            return
+        correlation_id = response_correlation_id(frame)
         if correlation_id != ctx.header.correlation_id:
             raise ProtocolError(f"response correlation id {correlation_id}, expected "
                                 f"{ctx.header.correlation_id}")

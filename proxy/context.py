@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.errors import MalformedMessage
 from protocol.headers import RequestHeader
+from protocol.messages import decode_response
 from protocol.pieces import Pieces
 
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal for an unauthenticated connection
@@ -19,6 +21,11 @@ class ConnectionInfo:
     listener: str  # "bootstrap" or "node-<id>"
     principal: str = ANONYMOUS
     upstream: str = ""  # the broker address this connection forwards to, once connected
+    sasl: Any = None  # proxy.sasl_stages.SaslState, once the client starts SASL
+
+    @property
+    def ip(self) -> str:
+        return self.peer.rsplit(":", 1)[0].strip("[]")
 
     def describe(self) -> str:
         return f"{self.peer} ({self.principal}, {self.listener})"
@@ -42,10 +49,23 @@ class RequestContext:
     quota: Any = None  # the quota managers charged for this request, if any
     throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
     fetch_max_wait_ms: int = 0
+    raw: bool = False  # a bare legacy SASL token (after SaslHandshake v0), not a Kafka request
 
     @property
     def api_key(self) -> int:
         return self.header.api_key
+
+    def decode_request(self) -> Any:
+        """The request, fully decoded; a body that does not decode is the client's protocol error."""
+        spec = self.header.spec
+        assert spec is not None
+        try:
+            return spec.request.decode(bytes(self.frame[self.header.body_offset:]), version=self.api_version)
+        except Exception as exc:  # kafka-python raises a variety of errors on bad bytes
+            raise MalformedMessage(f"cannot decode {spec.request.name} v{self.api_version}: {exc}") from exc
+
+    def decode_response(self, body: memoryview) -> Any:
+        return decode_response(self.api_key, self.api_version, body)
 
     @property
     def api_version(self) -> int:

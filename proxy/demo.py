@@ -171,12 +171,12 @@ class Tansu:
 
     def node_id(self, timeout: float = 20.0) -> int:
         """Ask the broker for its node id, as the proxy itself would (ApiVersions + Metadata)."""
-        from .cluster import Cluster
+        from .cluster import ask_brokers
 
         deadline = time.monotonic() + timeout
         while True:
             try:
-                brokers = asyncio.run(asyncio.wait_for(Cluster._ask(self.address), 5.0))
+                brokers = asyncio.run(asyncio.wait_for(ask_brokers(self.address), 5.0))
                 if brokers:
                     return brokers[0][0]
                 problem = "no brokers in its metadata"

@@ -45,6 +45,8 @@ class ProxyMetrics:
                                           registry=r)
         self.protocol_errors = Counter(p + "protocol_errors", "Client connections closed for bad "
                                        "input, by kind", ["kind"], registry=r)
+        self.auth_failures = Counter(p + "authentication_failures", "Failed SASL authentications "
+                                     "(terminate mode), by mechanism", ["mechanism"], registry=r)
         self.upstream_connect_failures = Counter(p + "upstream_connect_failures", "Failed connection "
                                                  "attempts to brokers", registry=r)
         self._apis: dict[int, ApiMetrics] = {}

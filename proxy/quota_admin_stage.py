@@ -10,7 +10,6 @@ from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, Descri
 from .context import RequestContext
 from .quota_control import QuotaControl
 from .quota_engine import QuotaEngine
-from .quota_stages import decode_request
 from .stages import Reply, RequestStage
 
 DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS = 48, 49
@@ -26,7 +25,7 @@ class ClientQuotasApi(RequestStage):
         self.engine = engine  # its settings change on reload
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
-        request = decode_request(ctx)
+        request = ctx.decode_request()
         if ctx.api_key == DESCRIBE_CLIENT_QUOTAS:
             return Reply(self._describe(request, ctx.api_version))
         return Reply(self._alter(request, ctx))

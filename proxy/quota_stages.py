@@ -28,7 +28,6 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 
-from protocol.errors import MalformedMessage
 from protocol.fetch import read_fetch_request, session_id, throttled_response_body
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
@@ -54,16 +53,6 @@ TopicPartitions = Callable[[str], int | None]  # partition count of a topic, if 
 
 def _client(ctx: RequestContext) -> tuple[str, str]:
     return ctx.conn.principal, ctx.header.client_id or ""
-
-
-def decode_request(ctx: RequestContext) -> Any:
-    """The request, fully decoded; a body that does not decode is the client's protocol error."""
-    spec = ctx.header.spec
-    assert spec is not None
-    try:
-        return spec.request.decode(bytes(ctx.frame[ctx.header.body_offset:]), version=ctx.api_version)
-    except Exception as exc:  # kafka-python raises a variety of errors on bad bytes
-        raise MalformedMessage(f"cannot decode {spec.request.name} v{ctx.api_version}: {exc}") from exc
 
 
 class QuotaCharge(RequestStage):
@@ -116,7 +105,7 @@ class QuotaCharge(RequestStage):
     def _mutation(self, ctx: RequestContext) -> Reply | None:
         engine, q = self.engine, ctx.quota
         user, client_id = _client(ctx)
-        request = decode_request(ctx)
+        request = ctx.decode_request()
         permits = self._permits(ctx.api_key, request)
         now = engine.clock()
         if ctx.api_version >= STRICT_FROM[ctx.api_key] and engine.enforcing:

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
 from typing import Any
 
 from prometheus_client import start_http_server
 
-from config import Settings
+from config import ConfigError, Settings
+from config.identity_settings import principal_for_address
 from config.quota_settings import default_state_file, validate_quota_entries
+from identity.credentials import CredentialStore
+from identity.failures import FailureBackoff
+from identity.ssl_rules import SslPrincipalMapper, x500_name
 from quota.resolution import QuotaStore
 
 from .address_stage import AddressRewrite
 from .api_versions_stage import ApiVersionsGate, ApiVersionsIntersect
 from .cluster import Cluster
 from .connection import ClientConnection
+from .context import ANONYMOUS
 from .metrics import ProxyMetrics
 from .quota_admin_stage import SERVED, ClientQuotasApi
 from .quota_control import QuotaControl
@@ -25,9 +31,21 @@ from .quota_engine import QuotaEngine
 from .quota_metrics import QuotaCollector
 from .quota_stages import QuotaCharge, QuotaSettle, ThrottleMerge
 from .reload import watch_config
-from .stages import Pipeline
+from .sasl_stages import Principals, SaslInspect, SaslTerminate
+from .stages import Pipeline, RequestStage, ResponseStage
+from .tls import server_context, upstream_context, watch_certificates
 
 log = logging.getLogger("kafka_quota_proxy")
+# APIs the proxy answers itself in terminate mode: SaslHandshake v0-1, SaslAuthenticate v0-2.
+TERMINATED_SASL_APIS = ((17, 0, 1), (36, 0, 2))
+
+
+def _file_stamp(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
 
 
 class Proxy:
@@ -36,22 +54,33 @@ class Proxy:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.metrics = ProxyMetrics()
-        self.cluster = Cluster(settings, self._open_node_listener)
+        self.upstream_ssl = upstream_context(settings.upstream_tls) if settings.upstream_tls else None
+        self.cluster = Cluster(settings, self._open_node_listener, self.upstream_ssl)
         self.quotas = QuotaStore()
         self.quota_control = QuotaControl(
             self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
             default_state_file(settings.config_path, settings.quota))
         self.engine = QuotaEngine(settings.quota, self.quotas)
         self.metrics.registry.register(QuotaCollector(self.engine))
-        self.pipeline = Pipeline(
-            request=[ApiVersionsGate(), ClientQuotasApi(self.quota_control, self.engine),
-                     QuotaCharge(self.engine, self.cluster.topic_partitions)],
-            response=[ApiVersionsIntersect(served=SERVED),
-                      AddressRewrite(self.cluster.advertise, self.cluster.observe_metadata),
-                      QuotaSettle(self.engine), ThrottleMerge()],
-        )
+        self.sasl_stage = self._sasl_stage(settings)
+        terminate = isinstance(self.sasl_stage, SaslTerminate)
+        request: list[RequestStage] = [ApiVersionsGate()]
+        response: list[ResponseStage] = [
+            ApiVersionsIntersect(served=SERVED + (TERMINATED_SASL_APIS if terminate else ()))]
+        if isinstance(self.sasl_stage, SaslTerminate):
+            request.append(self.sasl_stage)  # before anything that would act for the client
+        elif isinstance(self.sasl_stage, SaslInspect):
+            request.append(self.sasl_stage)
+            response.append(self.sasl_stage)
+        request += [ClientQuotasApi(self.quota_control, self.engine),
+                    QuotaCharge(self.engine, self.cluster.topic_partitions)]
+        response += [AddressRewrite(self.cluster.advertise, self.cluster.observe_metadata),
+                     QuotaSettle(self.engine), ThrottleMerge()]
+        self.pipeline = Pipeline(request=request, response=response)
         self.connections: set[ClientConnection] = set()
         self._per_ip: dict[str, int] = {}
+        self.ssl_mapper = SslPrincipalMapper.from_rules(settings.ssl_principal_mapping_rules)
+        self.server_ssl = server_context(settings.tls) if settings.tls else None
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._all_closed = asyncio.Event()
@@ -68,7 +97,7 @@ class Proxy:
         s = self.settings
         server = await self.loop.create_server(
             lambda: ClientConnection(self, "bootstrap", self.cluster.bootstrap_targets),
-            s.listen.host, s.listen.port, reuse_address=True, backlog=1024)
+            s.listen.host, s.listen.port, reuse_address=True, backlog=1024, ssl=self.server_ssl)
         self._servers.append(server)
         log.info("listening on %s (bootstrap) for upstream %s; clients are told host %s",
                  s.listen, ", ".join(map(str, s.upstream)), s.effective_advertised_host)
@@ -78,8 +107,35 @@ class Proxy:
             log.info("metrics at http://%s/metrics", s.metrics)
         self._spawn(self.cluster.refresh_forever())
         self._spawn(self._expire_forever())
+        if s.sasl.mode == "terminate" and s.sasl.credentials_file is not None:
+            self._spawn(self._watch_credentials(s.sasl.credentials_file))
+        if s.tls is not None and self.server_ssl is not None:
+            self._spawn(watch_certificates(self.server_ssl, s.tls.cert_file, s.tls.key_file,
+                                           s.tls.ca_file, "listener"))
+        if s.upstream_tls is not None and self.upstream_ssl is not None:
+            u = s.upstream_tls
+            self._spawn(watch_certificates(self.upstream_ssl, u.cert_file, u.key_file, u.ca_file,
+                                           "upstream"))
         if s.config_path is not None:
             self._spawn(watch_config(s.config_path, self))
+
+    async def _watch_credentials(self, path: str) -> None:
+        """Users added or removed with `kafka-quota-proxy users` apply without a restart."""
+        stamp = _file_stamp(path)
+        while True:
+            await asyncio.sleep(2.0)
+            now = _file_stamp(path)
+            if now is None or now == stamp:
+                continue
+            stamp = now
+            try:
+                fresh = CredentialStore.load(path)
+            except ConfigError as exc:
+                log.error("credentials reload refused, keeping the current users: %s", exc)
+                continue
+            assert isinstance(self.sasl_stage, SaslTerminate)
+            self.sasl_stage.store = fresh
+            log.info("credentials reloaded from %s: %d user(s)", path, len(fresh.users()))
 
     async def _expire_forever(self) -> None:
         while True:
@@ -96,12 +152,33 @@ class Proxy:
             server = await self.loop.create_server(
                 lambda: ClientConnection(self, f"node-{node_id}",
                                          lambda: self.cluster.node_targets(node_id)),
-                sock=sock, backlog=1024)
+                sock=sock, backlog=1024, ssl=self.server_ssl)
             self._servers.append(server)
         self._spawn(serve())
 
+    def _sasl_stage(self, settings: Settings) -> SaslInspect | SaslTerminate | None:
+        sasl = settings.sasl
+        if sasl.mode == "passthrough":
+            return SaslInspect(sasl, Principals(sasl))
+        if sasl.mode == "terminate":
+            assert sasl.credentials_file is not None
+            self.credentials = CredentialStore.load(sasl.credentials_file)
+            return SaslTerminate(sasl, self.credentials, Principals(sasl), FailureBackoff(),
+                                 self.engine.clock,
+                                 lambda mechanism: self.metrics.auth_failures.labels(mechanism).inc())
+        return None
+
+    def identify(self, transport: asyncio.BaseTransport, ip: str) -> str:
+        """The principal before any SASL: from a client certificate (mTLS), else from the
+        source address (principals_by_cidr), else ANONYMOUS, as Kafka's default builder."""
+        cert = transport.get_extra_info("peercert") if self.settings.tls is not None else None
+        if cert and cert.get("subject"):
+            return self.ssl_mapper.get_name(x500_name(cert["subject"]))
+        return principal_for_address(ip, self.settings.principals_by_cidr) or ANONYMOUS
+
     def admit(self, conn: ClientConnection, ip: str) -> int | None:
         """None to serve a new connection; else the delay (ms) after which to close it unread."""
+        conn.admitted = True
         count = self._per_ip.get(ip, 0) + 1
         self._per_ip[ip] = count
         limit = self.engine.settings.max_connections_per_ip
@@ -126,14 +203,15 @@ class Proxy:
     def connection_closed(self, conn: ClientConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
-            ip = conn.peer_ip
-            left = self._per_ip.get(ip, 1) - 1
-            if left > 0:
-                self._per_ip[ip] = left
-            else:
-                self._per_ip.pop(ip, None)
             self.metrics.connections_closed.inc()
             self.metrics.connections_open.dec()
+        if conn.admitted:
+            conn.admitted = False
+            left = self._per_ip.get(conn.peer_ip, 1) - 1
+            if left > 0:
+                self._per_ip[conn.peer_ip] = left
+            else:
+                self._per_ip.pop(conn.peer_ip, None)
         if not self.connections:
             self._all_closed.set()
 

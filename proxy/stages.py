@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from protocol.pieces import Pieces
 
@@ -22,6 +23,11 @@ class Reply:
     """A response body produced by the proxy itself: the request is not forwarded."""
 
     body: bytes
+    delay_ms: int = 0  # hold the answer this long (failed authentications are slowed down)
+    close_after: bool = False  # close the connection once it is written (failed authentication)
+    # The answer is computed off the event loop (a PLAIN password hash takes ~100 ms of CPU):
+    # it resolves to the Reply to send; `body` is then unused.
+    later: Any = None
 
 
 class RequestStage:

@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from config import HostPort
-from proxy.cluster import Cluster
+from proxy.cluster import ask_brokers
 
 LOOPBACK = "127.0.0.1"
 
@@ -72,7 +72,7 @@ class Broker:
         return self
 
     def node_id(self) -> int:
-        brokers = asyncio.run(Cluster._ask(HostPort(LOOPBACK, self.port)))
+        brokers = asyncio.run(ask_brokers(HostPort(LOOPBACK, self.port)))
         return brokers[0][0]
 
     def stop(self) -> None:
