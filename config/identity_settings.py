@@ -16,7 +16,9 @@
       mechanisms: [SCRAM-SHA-512, SCRAM-SHA-256, PLAIN]
       credentials_file: users.yaml
       oauthbearer_claim: sub      # passthrough: the JWT claim that names the user
-      kerberos_rules: [DEFAULT]   # sasl.kerberos.principal.to.local.rules
+      kerberos_rules: []          # sasl.kerberos.principal.to.local.rules, applied to every
+                                  # SASL name (Kafka applies them to GSSAPI names only; the
+                                  # proxy has no GSSAPI); empty: names are principals as sent
     upstream_sasl:                # terminate mode: the proxy's own credentials at the brokers
       mechanism: SCRAM-SHA-512
       username: proxy
@@ -62,7 +64,8 @@ class SaslSettings:
     mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
     credentials_file: str | None = None
     oauthbearer_claim: str = "sub"
-    kerberos_rules: tuple[str, ...] = ("DEFAULT",)
+    # Empty: SASL names are principals as sent (Kafka's behaviour outside GSSAPI).
+    kerberos_rules: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +150,7 @@ def parse_sasl(raw: Any) -> SaslSettings:
     claim = raw.get("oauthbearer_claim", "sub")
     if not isinstance(claim, str) or not claim:
         raise ConfigError("sasl.oauthbearer_claim", "expected a claim name")
-    rules = raw.get("kerberos_rules", ["DEFAULT"])
+    rules = raw.get("kerberos_rules", [])
     if isinstance(rules, str):
         rules = [r.strip() for r in rules.split(",") if r.strip()]
     if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):

@@ -58,7 +58,8 @@ def compile_java_regex(pattern: str) -> re.Pattern[str]:
             warnings.simplefilter("error", FutureWarning)
             return re.compile(translated, _JAVA_FLAGS)
     except (re.error, FutureWarning) as e:
-        raise ValueError(f"not a regular expression both Java and Python read alike: {pattern!r} ({e})") from e
+        raise ValueError(
+            f"not a regular expression both Java and Python read alike: {pattern!r} ({e})") from e
 
 
 def _python_group_syntax(pattern: str) -> str:
@@ -118,7 +119,7 @@ class JavaReplacement:
             c = replacement[i]
             if c == "\\":
                 if i + 1 == n:
-                    raise ValueError(f"replacement {replacement!r} ends in a lone backslash")
+                    raise ValueError("the replacement ends in a lone backslash")
                 literal.append(replacement[i + 1])
                 i += 2
                 continue
@@ -128,21 +129,21 @@ class JavaReplacement:
                 continue
             i += 1
             if i == n:
-                raise ValueError(f"replacement {replacement!r} ends in '$' without a group")
+                raise ValueError("the replacement ends in '$' without a group")
             if replacement[i] == "{":
                 end = i + 1
                 while end < n and replacement[end].isascii() and replacement[end].isalnum():
                     end += 1
                 name = replacement[i + 1 : end]
                 if not name or end == n or replacement[end] != "}" or name[0].isdigit():
-                    raise ValueError(f"replacement {replacement!r} has a bad named group reference")
+                    raise ValueError("the replacement has a bad ${name} group reference")
                 if name not in pattern.groupindex:
-                    raise ValueError(f"replacement {replacement!r} names group {name!r} the pattern lacks")
+                    raise ValueError(f"the replacement names group {name!r}, which the pattern lacks")
                 group = pattern.groupindex[name]
                 i = end + 1
             else:
                 if not ("0" <= replacement[i] <= "9"):
-                    raise ValueError(f"replacement {replacement!r} has '$' not followed by a group number")
+                    raise ValueError("the replacement has a '$' not followed by a group number")
                 group = int(replacement[i])
                 i += 1
                 while i < n and "0" <= replacement[i] <= "9":
@@ -152,8 +153,8 @@ class JavaReplacement:
                     group = longer
                     i += 1
                 if group > pattern.groups:
-                    raise ValueError(f"replacement {replacement!r} refers to group {group}, "
-                                     f"the pattern has {pattern.groups}")
+                    raise ValueError(
+                        f"the replacement refers to group {group}; the pattern has {pattern.groups}")
             if literal:
                 parts.append("".join(literal))
                 literal = []
@@ -309,7 +310,8 @@ def _parse_format(fmt: str, num_components: int) -> tuple[str | int, ...]:
                 raise ValueError(f"bad format in username mapping in {fmt!r}: '$' without a number")
             index = int(digits)
             if index > num_components:
-                raise ValueError(f"index {index} from {fmt} is outside of the valid range 0 to {num_components}")
+                raise ValueError(
+                    f"index {index} from {fmt} is outside of the valid range 0 to {num_components}")
             parts.append(index)
         start = m.end()
     return tuple(parts)
@@ -333,7 +335,9 @@ class KerberosShortNamer:
     default_realm: str | None = None
 
     @classmethod
-    def parse(cls, rules: Sequence[str] | None = None, default_realm: str | None = None) -> KerberosShortNamer:
+    def parse(
+        cls, rules: Sequence[str] | None = None, default_realm: str | None = None
+    ) -> KerberosShortNamer:
         """Parse the rules in order; None is Kafka's default, `["DEFAULT"]`."""
         if isinstance(rules, str):
             # A bare string would otherwise be taken one character at a time.

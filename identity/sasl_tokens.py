@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "OAuthBearerInitialResponse",
+    "SaslBytes",
     "SaslTokenError",
     "ScramClientFirst",
     "oauthbearer_claim",
@@ -32,11 +33,15 @@ __all__ = [
 ]
 
 
+# What a SaslAuthenticate request's auth_bytes may arrive as: a slice of the frame buffer, or a copy.
+SaslBytes = bytes | bytearray | memoryview
+
+
 class SaslTokenError(ValueError):
     """SASL bytes that are malformed, or that Kafka's SASL server would refuse before any check."""
 
 
-def _utf8(token: bytes, mechanism: str) -> str:
+def _utf8(token: SaslBytes, mechanism: str) -> str:
     try:
         return bytes(token).decode("utf-8")
     except UnicodeDecodeError:
@@ -46,7 +51,7 @@ def _utf8(token: bytes, mechanism: str) -> str:
 # --- PLAIN (RFC 4616) ------------------------------------------------------------------------
 
 
-def plain_authcid(token: bytes) -> str:
+def plain_authcid(token: SaslBytes) -> str:
     """The authentication identity (user name) of a PLAIN message `[authzid] NUL authcid NUL passwd`.
 
     Refused as Kafka's PlainSaslServer refuses them: not exactly two NULs, an empty user name
@@ -63,7 +68,8 @@ def plain_authcid(token: bytes) -> str:
     if not password:
         raise SaslTokenError("SASL/PLAIN: password not specified")
     if authzid and authzid != authcid:
-        raise SaslTokenError("SASL/PLAIN: client requested an authorization id that is different from username")
+        raise SaslTokenError(
+            "SASL/PLAIN: client requested an authorization id that is different from username")
     return authcid
 
 
@@ -131,13 +137,13 @@ class ScramClientFirst:
         return self.extensions.get("tokenauth", "").lower() == "true"
 
 
-def scram_is_client_first(token: bytes) -> bool:
+def scram_is_client_first(token: SaslBytes) -> bool:
     """Whether SCRAM bytes start like a client-first-message (a GS2 header), not a client-final
     one (which starts `c=`)."""
-    return token[:2] in (b"n,", b"y,") or token[:2] == b"p="
+    return bytes(token[:2]) in (b"n,", b"y,", b"p=")
 
 
-def parse_scram_client_first(token: bytes) -> ScramClientFirst:
+def parse_scram_client_first(token: SaslBytes) -> ScramClientFirst:
     """Parse a SCRAM-SHA-256/512 client-first-message, in RFC 5802's attribute order.
 
     Refused: channel binding `p=` (Kafka supports none), an authzid other than the user name
@@ -174,7 +180,7 @@ def parse_scram_client_first(token: bytes) -> ScramClientFirst:
     return ScramClientFirst(flag, authzid, username, bare[1][2:], extensions)
 
 
-def scram_username(client_first: bytes) -> str:
+def scram_username(client_first: SaslBytes) -> str:
     """The user name in a SCRAM client-first-message, its `=2C` and `=3D` escapes decoded.
 
     With Kafka's `tokenauth=true` extension this is a delegation token id rather than a user:
@@ -202,7 +208,7 @@ class OAuthBearerInitialResponse:
     extensions: Mapping[str, str] = field(default_factory=dict)
 
 
-def parse_oauthbearer_initial_response(message: bytes) -> OAuthBearerInitialResponse:
+def parse_oauthbearer_initial_response(message: SaslBytes) -> OAuthBearerInitialResponse:
     """Parse an OAUTHBEARER client initial response (the token is not decoded here).
 
     Refused: the lone ^A a client sends to acknowledge a server error, channel binding `p=`,
@@ -238,7 +244,7 @@ def parse_oauthbearer_initial_response(message: bytes) -> OAuthBearerInitialResp
     return OAuthBearerInitialResponse(flag, authzid, m.group(2), kv)
 
 
-def oauthbearer_claim(message: bytes, claim: str = "sub") -> str:
+def oauthbearer_claim(message: SaslBytes, claim: str = "sub") -> str:
     """The principal claim of the JWT in an OAUTHBEARER client initial response.
 
     The token must be a compact JWS (three base64url parts); its payload is read, its signature

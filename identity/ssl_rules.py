@@ -136,8 +136,8 @@ class SslPrincipalMapper:
 
     Rules are separated by commas, with any whitespace around them, as Kafka splits its
     `ssl.principal.mapping.rules` string. One deliberate difference: a line break also ends a
-    rule here (so a YAML block or one rule per line works), where Kafka would silently skip the
-    rule before it; a rule that needs a line break in its pattern can write `\\n`.
+    rule here (so a YAML block or one rule per line works), where Kafka misreads the text (it
+    can split inside a rule and refuse it); a pattern that needs a line break can write `\\n`.
     """
 
     rules: tuple[SslPrincipalRule, ...]
@@ -155,7 +155,8 @@ class SslPrincipalMapper:
             name = rule.apply(distinguished_name)
             if name is not None:
                 return name
-        raise NoMatchingRule(f"No rules apply to {distinguished_name}, rules [{', '.join(map(str, self.rules))}]")
+        rules = ", ".join(map(str, self.rules))
+        raise NoMatchingRule(f"No rules apply to {distinguished_name}, rules [{rules}]")
 
     def __str__(self) -> str:
         return f"SslPrincipalMapper(rules = [{', '.join(map(str, self.rules))}])"

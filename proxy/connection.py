@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import TYPE_CHECKING, Any, cast
 
 from config import HostPort
+from identity.ssl_rules import NoMatchingRule
 from protocol.errors import ProtocolError
 from protocol.framing import FrameDecoder
 from protocol.headers import (
@@ -33,7 +35,7 @@ from protocol.headers import (
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
 from protocol.produce import PRODUCE, produce_acks
-from protocol.proxy_protocol import ProxyHeaderParser
+from protocol.proxy_protocol import V2_HEADER_LENGTH, V2_SIGNATURE, ProxyHeader, ProxyHeaderParser
 
 from .context import ConnectionInfo, RequestContext
 from .sasl_stages import SASL_AUTHENTICATE, SaslInspect, SaslTerminate
@@ -107,6 +109,8 @@ class ClientConnection(asyncio.Protocol):
         self._unmute: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._proxy_header: ProxyHeaderParser | None = None
+        # A PROXY header read before the TLS handshake (ProxyHeaderThenTls), not in the stream.
+        self.proxied: ProxyHeader | None = None
         self.admitted = False  # counted in the proxy's per-IP connection counts
 
     # -- client side ---------------------------------------------------------------------------
@@ -119,7 +123,9 @@ class ClientConnection(asyncio.Protocol):
             self.info.peer = str(HostPort(self.peer_ip, int(peer[1])))
         self.gate = ReadGate(self.transport)
         self.proxy.connection_opened(self)
-        if self.proxy.settings.proxy_protocol:
+        if self.proxied is not None:
+            self._use_proxy_header(self.proxied)
+        elif self.proxy.settings.proxy_protocol:
             # The real client address comes first, in a PROXY protocol header; nothing else
             # (admission, identity, the broker connection) can start before it.
             self._proxy_header = ProxyHeaderParser()
@@ -130,7 +136,15 @@ class ClientConnection(asyncio.Protocol):
         """Admission, identity, then the broker connection, once the client address is known."""
         assert self.gate is not None and self.transport is not None
         self.gate.pause("connecting")
-        self.info.principal = self.proxy.identify(self.transport, self.peer_ip)
+        try:
+            self.info.principal = self.proxy.identify(self.transport, self.peer_ip)
+        except (NoMatchingRule, ValueError) as exc:
+            # No ssl.principal.mapping.rules rule maps the certificate's subject: Kafka fails the
+            # SSL authentication and closes the connection.
+            log.warning("closing connection from %s: no principal for the client certificate: %s",
+                        self.info.describe(), exc)
+            self.close()
+            return
         loop = asyncio.get_running_loop()
         delay_ms = self.proxy.admit(self, self.peer_ip)
         if delay_ms is not None:
@@ -168,15 +182,20 @@ class ClientConnection(asyncio.Protocol):
 
     async def _open(self, loop: asyncio.AbstractEventLoop, target: HostPort) -> UpstreamConnection:
         settings = self.proxy.settings
-        if settings.upstream_sasl is None:
+        # In passthrough the client authenticates itself to the broker: the proxy's own
+        # credentials serve only its metadata refresh.
+        creds = settings.upstream_sasl if settings.sasl.mode != "passthrough" else None
+        if creds is None:
             _, upstream = await loop.create_connection(
                 lambda: UpstreamConnection(self), target.host, target.port, ssl=self.proxy.upstream_ssl,
                 server_hostname=target.host if self.proxy.upstream_ssl else None)
             return upstream
         # Authenticate on a stream first, then hand the transport to the forwarding protocol.
-        _, writer = await open_upstream(target.host, target.port, self.proxy.upstream_ssl,
-                                        settings.upstream_sasl)
+        reader, writer = await open_upstream(target.host, target.port, self.proxy.upstream_ssl, creds)
         upstream = UpstreamConnection(self)
+        # A StreamWriter closes its transport when it is garbage-collected: keep it with the
+        # connection that now owns the transport.
+        upstream.streams = (reader, writer)
         transport = writer.transport
         transport.set_protocol(upstream)
         upstream.connection_made(transport)
@@ -220,12 +239,15 @@ class ClientConnection(asyncio.Protocol):
             return
         rest = self._proxy_header.remaining
         self._proxy_header = None
+        self._use_proxy_header(header)
+        if rest:
+            self._early.append(bytes(rest))
+
+    def _use_proxy_header(self, header: ProxyHeader) -> None:
         if header.source is not None:  # LOCAL (a health check) keeps the balancer's address
             self.peer_ip = header.source[0]
             self.info.peer = str(HostPort(self.peer_ip, header.source[1]))
         self._start()
-        if rest:
-            self._early.append(bytes(rest))
 
     def _handle_request(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
         sasl = self.info.sasl
@@ -471,6 +493,85 @@ class ClientConnection(asyncio.Protocol):
             self.transport.close()
 
 
+# The shortest PROXY header, "PROXY UNKNOWN\r\n": reading this much never reads past a header.
+_SHORTEST_PROXY_HEADER = 15
+
+
+class ProxyHeaderThenTls(asyncio.BufferedProtocol):
+    """A TLS listener behind a load balancer that speaks the PROXY protocol.
+
+    The balancer sends the PROXY header first, in the clear, and then the client's TLS
+    handshake (the specification's order, and what HAProxy and cloud load balancers send). So
+    this protocol reads exactly the header's bytes, never more, leaving the handshake in the
+    socket; then it starts TLS on the same connection and hands it to a ClientConnection.
+    """
+
+    def __init__(self, proxy: Proxy, listener: str, targets: Callable[[], Sequence[HostPort]]) -> None:
+        self.proxy = proxy
+        self.conn = ClientConnection(proxy, listener, targets)
+        self.transport: asyncio.Transport | None = None
+        self.parser = ProxyHeaderParser()
+        self._read = bytearray()  # the header bytes so far
+        self._buffer = bytearray(_SHORTEST_PROXY_HEADER)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.conn.info.peer = str(HostPort(str(peer[0]), int(peer[1])))
+
+    def _wanted(self) -> int:
+        """How many more bytes to read: as many as the header still surely has, at least one."""
+        read = self._read
+        if read[:1] == V2_SIGNATURE[:1]:
+            if len(read) < V2_HEADER_LENGTH:
+                return V2_HEADER_LENGTH - len(read)
+            return V2_HEADER_LENGTH + int.from_bytes(read[14:16], "big") - len(read)
+        return 1  # version 1: byte by byte up to its CRLF
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = bytes(self._buffer[:nbytes])
+        self._read += data
+        try:
+            header = self.parser.feed(data)
+        except ProtocolError as exc:
+            self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
+            log.warning("closing connection from %s: %s: %s", self.conn.info.describe(), exc.kind, exc)
+            assert self.transport is not None
+            self.transport.close()
+            return
+        if header is None:
+            self._buffer = bytearray(self._wanted())
+            return
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self.proxy._spawn(self._start_tls(header))
+
+    async def _start_tls(self, header: ProxyHeader) -> None:
+        transport = self.transport
+        assert transport is not None and self.proxy.server_ssl is not None
+        try:
+            tls = await self.proxy.loop.start_tls(transport, self.conn, self.proxy.server_ssl,
+                                                  server_side=True)
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            transport.close()  # a failed handshake, as on a TLS listener without PROXY headers
+            return
+        if tls is None or tls.is_closing():
+            transport.close()
+            return
+        self.conn.proxied = header
+        self.conn.connection_made(tls)
+
+    def eof_received(self) -> bool | None:
+        return None  # closed before its header ended: nothing to serve
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        pass
+
+
 class UpstreamConnection(asyncio.Protocol):
     """The proxy's connection to a broker on behalf of one client connection."""
 
@@ -479,6 +580,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.decoder = FrameDecoder(MAX_RESPONSE_BYTES)
         self.transport: asyncio.Transport | None = None
         self.gate: ReadGate | None = None
+        self.streams: Any = None  # the authenticated stream pair this transport came from
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)

@@ -86,10 +86,11 @@ class Principals:
     """Kafka's sasl.kerberos.principal.to.local.rules, applied to SASL user names."""
 
     def __init__(self, settings: SaslSettings) -> None:
-        self.namer = KerberosShortNamer.parse(list(settings.kerberos_rules))
+        rules = list(settings.kerberos_rules)
+        self.namer = KerberosShortNamer.parse(rules) if rules else None
 
     def bind(self, conn: ConnectionInfo, name: str) -> None:
-        principal = self.namer.short_name(name)
+        principal = self.namer.short_name(name) if self.namer is not None else name
         state = conn.sasl
         assert state is not None
         if state.authenticated and conn.principal != principal:

@@ -7,22 +7,24 @@ import logging
 import os
 import signal
 import socket
+import ssl
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from prometheus_client import start_http_server
 
-from config import ConfigError, Settings
+from config import ConfigError, HostPort, Settings
 from config.identity_settings import principal_for_address
 from config.quota_settings import default_state_file, validate_quota_entries
 from identity.credentials import CredentialStore
 from identity.failures import FailureBackoff
-from identity.ssl_rules import SslPrincipalMapper, x500_name
+from identity.ssl_rules import SslPrincipalMapper, x500_name_from_der
 from quota.resolution import QuotaStore
 
 from .address_stage import AddressRewrite
 from .api_versions_stage import ApiVersionsGate, ApiVersionsIntersect
 from .cluster import Cluster
-from .connection import ClientConnection
+from .connection import ClientConnection, ProxyHeaderThenTls
 from .context import ANONYMOUS
 from .metrics import ProxyMetrics
 from .quota_admin_stage import SERVED, ClientQuotasApi
@@ -96,8 +98,8 @@ class Proxy:
         self._loop = asyncio.get_running_loop()
         s = self.settings
         server = await self.loop.create_server(
-            lambda: ClientConnection(self, "bootstrap", self.cluster.bootstrap_targets),
-            s.listen.host, s.listen.port, reuse_address=True, backlog=1024, ssl=self.server_ssl)
+            lambda: self._accept("bootstrap", self.cluster.bootstrap_targets),
+            s.listen.host, s.listen.port, reuse_address=True, backlog=1024, ssl=self._listener_ssl)
         self._servers.append(server)
         log.info("listening on %s (bootstrap) for upstream %s; clients are told host %s",
                  s.listen, ", ".join(map(str, s.upstream)), s.effective_advertised_host)
@@ -150,11 +152,25 @@ class Proxy:
     def _open_node_listener(self, node_id: int, sock: socket.socket) -> None:
         async def serve() -> None:
             server = await self.loop.create_server(
-                lambda: ClientConnection(self, f"node-{node_id}",
-                                         lambda: self.cluster.node_targets(node_id)),
-                sock=sock, backlog=1024, ssl=self.server_ssl)
+                lambda: self._accept(f"node-{node_id}", lambda: self.cluster.node_targets(node_id)),
+                sock=sock, backlog=1024, ssl=self._listener_ssl)
             self._servers.append(server)
         self._spawn(serve())
+
+    @property
+    def _proxy_header_before_tls(self) -> bool:
+        return self.settings.proxy_protocol and self.server_ssl is not None
+
+    @property
+    def _listener_ssl(self) -> ssl.SSLContext | None:
+        # A PROXY header comes before the TLS handshake: TLS starts once it has been read.
+        return None if self._proxy_header_before_tls else self.server_ssl
+
+    def _accept(self, listener: str,
+                targets: Callable[[], Sequence[HostPort]]) -> ClientConnection | ProxyHeaderThenTls:
+        if self._proxy_header_before_tls:
+            return ProxyHeaderThenTls(self, listener, targets)
+        return ClientConnection(self, listener, targets)
 
     def _sasl_stage(self, settings: Settings) -> SaslInspect | SaslTerminate | None:
         sasl = settings.sasl
@@ -171,9 +187,10 @@ class Proxy:
     def identify(self, transport: asyncio.BaseTransport, ip: str) -> str:
         """The principal before any SASL: from a client certificate (mTLS), else from the
         source address (principals_by_cidr), else ANONYMOUS, as Kafka's default builder."""
-        cert = transport.get_extra_info("peercert") if self.settings.tls is not None else None
-        if cert and cert.get("subject"):
-            return self.ssl_mapper.get_name(x500_name(cert["subject"]))
+        ssl_object = transport.get_extra_info("ssl_object") if self.settings.tls is not None else None
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der:  # read from the certificate itself, so the name is exactly what Java prints
+            return self.ssl_mapper.get_name(x500_name_from_der(der))
         return principal_for_address(ip, self.settings.principals_by_cidr) or ANONYMOUS
 
     def admit(self, conn: ClientConnection, ip: str) -> int | None:
