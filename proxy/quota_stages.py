@@ -32,6 +32,7 @@ from protocol.fetch import read_fetch_request, session_id, throttled_response_bo
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
 from protocol.throttle import patched, read_throttle, throttle_offset
+from quota.resolution import sanitize_user
 
 from .context import RequestContext
 from .quota_engine import QuotaEngine
@@ -171,7 +172,7 @@ def throttle(engine: QuotaEngine, ctx: RequestContext, quota_type: str, throttle
     if throttle_ms <= 0:
         return
     user, client_id = _client(ctx)
-    engine.throttles.add(quota_type, user, client_id, throttle_ms, now_ms)
+    engine.throttles.add(quota_type, sanitize_user(user), client_id, throttle_ms, now_ms)
     if engine.enforcing:
         ctx.throttle_ms = max(ctx.throttle_ms, throttle_ms)
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import trustme
 import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
@@ -619,3 +620,35 @@ def test_quota_precedence_with_mtls_principals(
         assert measured(p) == {("u1", ""), ("u4", "")}
     finally:
         p.stop()
+
+
+def test_upstream_tls_to_a_tls_broker(tls_proxy: ProxyProcess, broker_node_id: int, pki: Pki,
+                                      topic_name: str) -> None:
+    """A proxy that reaches its broker over TLS (here the TLS-listening proxy stands in for a
+    TLS broker: Tansu's TLS listener would need its own certificates set up the same way)."""
+    outer = ProxyProcess(tls_proxy.bootstrap, broker_node_id, extra_config={
+        "upstream_tls": {"ca_file": str(pki.ca_file), "check_hostname": True}}).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": outer.bootstrap})
+        admin.create_topics([NewTopic(topic_name, 1, 1)])[topic_name].result(30)
+        p = Producer({"bootstrap.servers": outer.bootstrap, "acks": "all"})
+        for i in range(5):
+            p.produce(topic_name, b"t%d" % i)
+        assert p.flush(30) == 0
+        md = admin.list_topics(timeout=10)
+        assert {(b.host, b.port) for b in md.brokers.values()} == {(LOOPBACK, outer.node_port)}
+    finally:
+        outer.stop()
+    # A CA that did not sign the broker's certificate: the proxy refuses to connect.
+    wrong_ca = trustme.CA()
+    bad_ca = pki.directory / "wrong-ca.pem"
+    wrong_ca.cert_pem.write_to_path(str(bad_ca))
+    refused = ProxyProcess(tls_proxy.bootstrap, broker_node_id, extra_config={
+        "upstream_tls": {"ca_file": str(bad_ca)}}).start(wait_for_broker=False)
+    try:
+        deadline = time.monotonic() + 10
+        while "CERTIFICATE_VERIFY_FAILED" not in refused.log_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "CERTIFICATE_VERIFY_FAILED" in refused.log_text()
+    finally:
+        refused.stop()

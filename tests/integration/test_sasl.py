@@ -242,6 +242,17 @@ def test_passthrough_binds_what_the_broker_accepted(broker: Broker, broker_node_
             s.sendall(_frame(SaslAuthenticateRequest(auth_bytes=b"\x00mallory\x00x"), 1, 1))
             _read(s)
         assert "authenticated as mallory" not in outer.log_text()
+        # Legacy SaslHandshake v0: the bare tokens pass through and the claim binds once the
+        # broker answers them.
+        with socket.create_connection(("127.0.0.1", outer.port), timeout=10) as s:
+            s.sendall(_frame(SaslHandshakeRequest(mechanism="PLAIN"), 0, 1))
+            assert struct.unpack_from(">ih", _read(s), 0) == (1, 0)
+            token = b"\x00alice\x00" + PASSWORD.encode()
+            s.sendall(struct.pack(">i", len(token)) + token)
+            assert s.recv(4, socket.MSG_WAITALL) == b"\x00\x00\x00\x00"
+            s.sendall(_frame(MetadataRequest(topics=[]), 1, 2))
+            assert struct.unpack_from(">i", _read(s), 0)[0] == 2
+        assert outer.log_text().count("authenticated as alice") >= 4
     finally:
         outer.stop()
         inner.stop()
