@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 from quota.entities import QuotaEntity, QuotaKey
 
+from .atomic_file import write_atomically
 from .errors import ConfigError
 
 STATE_KEY = "quota_state"
@@ -98,40 +98,10 @@ def save_state(path: str | os.PathLike[str], layer: ApiQuotaLayer) -> None:
     """
     target = Path(path)
     text = json.dumps(_encode(layer), indent=2, sort_keys=True, allow_nan=False) + "\n"
-    directory = target.parent
     try:
-        fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+        write_atomically(target, text)
     except OSError as e:
         raise ConfigError(STATE_KEY, f"cannot write the quota state: {_reason(e)}", str(target)) from e
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp_name, target)
-    except BaseException as e:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise ConfigError(STATE_KEY, f"cannot write the quota state: {_reason(e)}", str(target)) from e
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable. Not every platform can open a directory (Windows)."""
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass  # some file systems refuse fsync on a directory; the rename has still happened
-    finally:
-        os.close(dir_fd)
 
 
 def _encode(layer: ApiQuotaLayer) -> dict[str, Any]:

@@ -42,7 +42,6 @@ import hmac
 import json
 import os
 import secrets
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ import yaml
 from scramp import ScramException, ScramMechanism
 from scramp.utils import saslprep
 
+from config.atomic_file import write_atomically
 from config.errors import ConfigError
 
 CREDENTIALS_KEY = "credentials"
@@ -276,29 +276,11 @@ class CredentialStore:
             text = ("# kafka-quota-proxy users: salted credentials only. "
                     "Manage with `kafka-quota-proxy users`.\n"
                     + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=1000))
-        directory = target.parent
         try:
-            fd, tmp_name = tempfile.mkstemp(dir=directory, prefix=f".{target.name}.", suffix=".tmp")
+            write_atomically(target, text, mode=0o600)
         except OSError as e:
             raise ConfigError(CREDENTIALS_KEY, f"cannot write the credentials file: {e.strerror or e}",
                               str(target)) from None
-        try:
-            os.fchmod(fd, 0o600)  # mkstemp already does this; say it here so it cannot regress
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp_name, target)
-        except BaseException as e:
-            try:
-                os.unlink(tmp_name)
-            except OSError:
-                pass
-            if isinstance(e, OSError):
-                raise ConfigError(CREDENTIALS_KEY, f"cannot write the credentials file: {e.strerror or e}",
-                                  str(target)) from None
-            raise
-        _fsync_directory(directory)
 
     def _encode(self) -> dict[str, Any]:
         users = []
@@ -391,20 +373,6 @@ def _b64(data: bytes) -> str:
 
 def _is_json(path: Path) -> bool:
     return path.suffix.lower() == ".json"
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make the rename itself durable. Not every platform can open a directory (Windows)."""
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(dir_fd)
-    except OSError:
-        pass  # some file systems refuse fsync on a directory; the rename has still happened
-    finally:
-        os.close(dir_fd)
 
 
 # ---- decoding ----

@@ -19,9 +19,8 @@ from config import HostPort, Settings
 from config.identity_settings import UpstreamSaslSettings
 from protocol import bootstrap
 from protocol.errors import ProtocolError
-from protocol.framing import FrameDecoder
 
-from .upstream_auth import open_upstream
+from .upstream_auth import open_upstream, read_frame
 
 log = logging.getLogger("kafka_quota_proxy.cluster")
 
@@ -154,19 +153,8 @@ async def ask_brokers(target: HostPort, ssl_ctx: ssl.SSLContext | None = None,
     reader, writer = await open_upstream(target.host, target.port, ssl_ctx, creds)
     try:
         writer.write(bootstrap.api_versions_request(1))
-        version = bootstrap.metadata_version(await _read_frame(reader), 1)
+        version = bootstrap.metadata_version(await read_frame(reader), 1)
         writer.write(bootstrap.metadata_request(2, version))
-        return bootstrap.metadata_brokers(await _read_frame(reader), 2, version)
+        return bootstrap.metadata_brokers(await read_frame(reader), 2, version)
     finally:
         writer.close()
-
-
-async def _read_frame(reader: asyncio.StreamReader) -> bytes:
-    decoder = FrameDecoder(2**31 - 1)
-    while True:
-        chunk = await reader.read(65536)
-        if not chunk:
-            raise ConnectionError("connection closed before a full response")
-        frames = decoder.feed(chunk)
-        if frames:
-            return bytes(frames[0])

@@ -34,15 +34,23 @@ async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, requ
                 response_cls: Any, correlation_id: int) -> Any:
     request.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
     writer.write(request.encode(version=version, header=True, framed=True))
+    try:
+        frame = await read_frame(reader)
+    except ConnectionError:
+        raise UpstreamAuthError("the broker closed the connection during authentication") from None
+    return response_cls.decode(frame[8:], version=version)  # v0/v1: response header v0
+
+
+async def read_frame(reader: asyncio.StreamReader) -> bytes:
+    """One whole response frame from a stream (the proxy's own requests, one at a time)."""
     decoder = FrameDecoder(2**31 - 1)
     while True:
         chunk = await reader.read(65536)
         if not chunk:
-            raise UpstreamAuthError("the broker closed the connection during authentication")
+            raise ConnectionError("connection closed before a full response")
         frames = decoder.feed(chunk)
         if frames:
-            frame = bytes(frames[0])
-            return response_cls.decode(frame[8:], version=version)  # v0/v1: response header v0
+            return bytes(frames[0])
 
 
 async def authenticate(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
