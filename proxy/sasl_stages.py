@@ -59,7 +59,6 @@ class Spoofing(ProtocolError):
 class SaslState:
     """One connection's authentication progress."""
 
-    offered: str | None = None  # mechanism of a SaslHandshake awaiting its response
     mechanism: str | None = None  # accepted by the broker (or the proxy)
     claimed: str | None = None  # passthrough: the user named in this exchange's first token
     rounds: int = 0
