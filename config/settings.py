@@ -73,6 +73,7 @@ class Settings:
     ssl_principal_mapping_rules: str = "DEFAULT"
     principals_by_cidr: tuple[tuple[Any, str], ...] = ()
     proxy_protocol: bool = False
+    proxy_protocol_timeout_seconds: float = 10.0  # a connection must send its header by then
 
     @property
     def effective_advertised_host(self) -> str:
@@ -195,6 +196,7 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "ssl_principal_mapping_rules": ("ssl_principal_mapping_rules", lambda k, v: parse_ssl_rules(v)),
     "principals_by_cidr": ("principals_by_cidr", lambda k, v: parse_cidr_principals(v)),
     "proxy_protocol": ("proxy_protocol", _bool),
+    "proxy_protocol_timeout_seconds": ("proxy_protocol_timeout_seconds", _positive_float),
 }
 
 

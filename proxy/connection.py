@@ -52,6 +52,16 @@ log = logging.getLogger("kafka_quota_proxy.connection")
 MAX_RESPONSE_BYTES = 2**31 - 1
 
 
+class ProxyHeaderTimeout(ProtocolError):
+    """No complete PROXY protocol header in time: an idle or slow client holds no connection."""
+
+    kind = "proxy_protocol_timeout"
+
+
+def _header_deadline(proxy: Proxy, expired: Callable[[], None]) -> asyncio.TimerHandle:
+    return proxy.loop.call_later(proxy.settings.proxy_protocol_timeout_seconds, expired)
+
+
 class ReadGate:
     """Pauses a transport's reading while any reason to pause holds."""
 
@@ -109,6 +119,7 @@ class ClientConnection(asyncio.Protocol):
         self._unmute: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
         self._proxy_header: ProxyHeaderParser | None = None
+        self._header_timer: asyncio.TimerHandle | None = None
         # A PROXY header read before the TLS handshake (ProxyHeaderThenTls), not in the stream.
         self.proxied: ProxyHeader | None = None
         self.admitted = False  # counted in the proxy's per-IP connection counts
@@ -129,6 +140,7 @@ class ClientConnection(asyncio.Protocol):
             # The real client address comes first, in a PROXY protocol header; nothing else
             # (admission, identity, the broker connection) can start before it.
             self._proxy_header = ProxyHeaderParser()
+            self._header_timer = _header_deadline(self.proxy, self._header_expired)
             return
         self._start()
 
@@ -228,6 +240,12 @@ class ClientConnection(asyncio.Protocol):
             assert self.gate is not None
             self.gate.pause("inflight")
 
+    def _header_expired(self) -> None:
+        if self._proxy_header is not None and not self._closed:
+            self._bad_input(ProxyHeaderTimeout(
+                f"no complete PROXY protocol header within "
+                f"{self.proxy.settings.proxy_protocol_timeout_seconds:g}s"))
+
     def _receive_proxy_header(self, data: bytes) -> None:
         assert self._proxy_header is not None
         try:
@@ -239,6 +257,8 @@ class ClientConnection(asyncio.Protocol):
             return
         rest = self._proxy_header.remaining
         self._proxy_header = None
+        if self._header_timer is not None:
+            self._header_timer.cancel()
         self._use_proxy_header(header)
         if rest:
             self._early.append(bytes(rest))
@@ -371,6 +391,8 @@ class ClientConnection(asyncio.Protocol):
             self._connect_task.cancel()
         if self._unmute is not None:
             self._unmute.cancel()
+        if self._header_timer is not None:
+            self._header_timer.cancel()
         self.proxy.connection_closed(self)
 
     # -- broker side -----------------------------------------------------------------------------
@@ -513,12 +535,24 @@ class ProxyHeaderThenTls(asyncio.BufferedProtocol):
         self.parser = ProxyHeaderParser()
         self._read = bytearray()  # the header bytes so far
         self._buffer = bytearray(_SHORTEST_PROXY_HEADER)
+        self._timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.conn.info.peer = str(HostPort(str(peer[0]), int(peer[1])))
+        self._timer = _header_deadline(self.proxy, self._expired)
+
+    def _expired(self) -> None:
+        self._refuse(ProxyHeaderTimeout(f"no complete PROXY protocol header within "
+                                        f"{self.proxy.settings.proxy_protocol_timeout_seconds:g}s"))
+
+    def _refuse(self, exc: ProtocolError) -> None:
+        self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
+        log.warning("closing connection from %s: %s: %s", self.conn.info.describe(), exc.kind, exc)
+        assert self.transport is not None
+        self.transport.close()
 
     def _wanted(self) -> int:
         """How many more bytes to read: as many as the header still surely has, at least one."""
@@ -538,14 +572,13 @@ class ProxyHeaderThenTls(asyncio.BufferedProtocol):
         try:
             header = self.parser.feed(data)
         except ProtocolError as exc:
-            self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
-            log.warning("closing connection from %s: %s: %s", self.conn.info.describe(), exc.kind, exc)
-            assert self.transport is not None
-            self.transport.close()
+            self._refuse(exc)
             return
         if header is None:
             self._buffer = bytearray(self._wanted())
             return
+        if self._timer is not None:
+            self._timer.cancel()
         assert self.transport is not None
         self.transport.pause_reading()
         self.proxy._spawn(self._start_tls(header))
@@ -569,7 +602,8 @@ class ProxyHeaderThenTls(asyncio.BufferedProtocol):
         return None  # closed before its header ended: nothing to serve
 
     def connection_lost(self, exc: Exception | None) -> None:
-        pass
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 class UpstreamConnection(asyncio.Protocol):

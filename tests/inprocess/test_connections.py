@@ -280,3 +280,23 @@ def test_broker_first_named_in_a_response_gets_a_listener_that_routes_to_it() ->
             w2.close()
         await other.stop()
     run(scenario())
+
+
+def test_a_proxy_protocol_header_must_arrive_in_time(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with running(proxy_protocol=True, proxy_protocol_timeout_seconds=0.3) as h:
+            slow_r, slow_w = await h.connect()
+            slow_w.write(b"PROXY TCP4 10.1.2.3 ")  # half a header, then nothing
+            prompt_r, prompt_w = await h.connect()
+            prompt_w.write(b"PROXY TCP4 10.1.2.4 127.0.0.1 5555 9092\r\n")
+            assert await is_closed(slow_r, timeout=10)
+            assert h.errors("proxy_protocol_timeout") == 1
+            await asyncio.sleep(0.5)  # well past the deadline: the prompt one is not cut off
+            prompt_w.write(list_groups(1))
+            assert correlation_id(await read_frame(prompt_r)) == 1
+            prompt_w.close()
+    with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
+        run(scenario())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "proxy_protocol_timeout: no complete PROXY protocol header within 0.3s" in warnings[0]
