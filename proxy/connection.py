@@ -57,6 +57,9 @@ class ProxyHeaderTimeout(ProtocolError):
 
     kind = "proxy_protocol_timeout"
 
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no complete PROXY protocol header within {seconds:g}s")
+
 
 def _header_deadline(proxy: Proxy, expired: Callable[[], None]) -> asyncio.TimerHandle:
     return proxy.loop.call_later(proxy.settings.proxy_protocol_timeout_seconds, expired)
@@ -109,7 +112,6 @@ class ClientConnection(asyncio.Protocol):
         self.upstream: UpstreamConnection | None = None
         self.gate: ReadGate | None = None
         self.info = ConnectionInfo("?", listener)
-        self.peer_ip = ""
         self._inflight: deque[_Pending] = deque()  # every request that will get a response
         self._awaiting: deque[_Pending] = deque()  # the subset forwarded to the broker
         self._draining = False
@@ -130,8 +132,7 @@ class ClientConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
-            self.peer_ip = str(peer[0])
-            self.info.peer = str(HostPort(self.peer_ip, int(peer[1])))
+            self.info.set_address(str(peer[0]), int(peer[1]))
         self.gate = ReadGate(self.transport)
         self.proxy.connection_opened(self)
         if self.proxied is not None:
@@ -149,7 +150,7 @@ class ClientConnection(asyncio.Protocol):
         assert self.gate is not None and self.transport is not None
         self.gate.pause("connecting")
         try:
-            self.info.principal = self.proxy.identify(self.transport, self.peer_ip)
+            self.info.principal = self.proxy.identify(self.transport, self.info.ip)
         except (NoMatchingRule, ValueError) as exc:
             # No ssl.principal.mapping.rules rule maps the certificate's subject: Kafka fails the
             # SSL authentication and closes the connection.
@@ -158,7 +159,7 @@ class ClientConnection(asyncio.Protocol):
             self.close()
             return
         loop = asyncio.get_running_loop()
-        delay_ms = self.proxy.admit(self, self.peer_ip)
+        delay_ms = self.proxy.admit(self, self.info.ip)
         if delay_ms is not None:
             # Over the connection quota: closed unread after the delay, as a broker does.
             loop.call_later(delay_ms / 1000, self.close)
@@ -242,9 +243,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _header_expired(self) -> None:
         if self._proxy_header is not None and not self._closed:
-            self._bad_input(ProxyHeaderTimeout(
-                f"no complete PROXY protocol header within "
-                f"{self.proxy.settings.proxy_protocol_timeout_seconds:g}s"))
+            self._bad_input(ProxyHeaderTimeout(self.proxy.settings.proxy_protocol_timeout_seconds))
 
     def _receive_proxy_header(self, data: bytes) -> None:
         assert self._proxy_header is not None
@@ -265,8 +264,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _use_proxy_header(self, header: ProxyHeader) -> None:
         if header.source is not None:  # LOCAL (a health check) keeps the balancer's address
-            self.peer_ip = header.source[0]
-            self.info.peer = str(HostPort(self.peer_ip, header.source[1]))
+            self.info.set_address(header.source[0], header.source[1])
         self._start()
 
     def _handle_request(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
@@ -352,7 +350,7 @@ class ClientConnection(asyncio.Protocol):
         sasl = self.proxy.sasl_stage
         assert sasl is not None
         if isinstance(sasl, SaslTerminate):
-            token, code, _, delay = sasl.step(self.info, self.peer_ip, bytes(frame[4:]))
+            token, code, _, delay = sasl.step(self.info, bytes(frame[4:]))
             if code:
                 # v0 has no error frame: the broker just closes the connection.
                 self._reply(ctx, b"", delay, close_after=True)
@@ -541,12 +539,11 @@ class ProxyHeaderThenTls(asyncio.BufferedProtocol):
         self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
-            self.conn.info.peer = str(HostPort(str(peer[0]), int(peer[1])))
+            self.conn.info.set_address(str(peer[0]), int(peer[1]))
         self._timer = _header_deadline(self.proxy, self._expired)
 
     def _expired(self) -> None:
-        self._refuse(ProxyHeaderTimeout(f"no complete PROXY protocol header within "
-                                        f"{self.proxy.settings.proxy_protocol_timeout_seconds:g}s"))
+        self._refuse(ProxyHeaderTimeout(self.proxy.settings.proxy_protocol_timeout_seconds))
 
     def _refuse(self, exc: ProtocolError) -> None:
         self.proxy.metrics.protocol_errors.labels(exc.kind).inc()

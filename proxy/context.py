@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from config import HostPort
 from protocol.errors import MalformedMessage
 from protocol.headers import RequestHeader
 from protocol.messages import decode_response
@@ -22,10 +23,11 @@ class ConnectionInfo:
     principal: str = ANONYMOUS
     upstream: str = ""  # the broker address this connection forwards to, once connected
     sasl: Any = None  # proxy.sasl_stages.SaslState, once the client starts SASL
+    ip: str = ""  # the client's address (from a PROXY header when there is one)
 
-    @property
-    def ip(self) -> str:
-        return self.peer.rsplit(":", 1)[0].strip("[]")
+    def set_address(self, ip: str, port: int) -> None:
+        self.ip = ip
+        self.peer = str(HostPort(ip, port))
 
     def describe(self) -> str:
         return f"{self.peer} ({self.principal}, {self.listener})"

@@ -9,9 +9,7 @@ reported as such.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 from typing import TYPE_CHECKING
 
 from config import ConfigError, load_file
@@ -20,28 +18,15 @@ from config.quota_settings import QuotaSettings, validate_quota_entries
 if TYPE_CHECKING:
     from .server import Proxy
 
+from .file_watch import watch_files
+
 log = logging.getLogger("kafka_quota_proxy.reload")
 POLL_SECONDS = 1.0
 RUN_TIME_KEYS = ("quota", "quotas", "config_path")
 
 
-def _stamp(path: str) -> tuple[int, int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size, st.st_ino
-
-
 async def watch_config(path: str, proxy: Proxy, poll_seconds: float = POLL_SECONDS) -> None:
-    seen = _stamp(path)
-    while True:
-        await asyncio.sleep(poll_seconds)
-        stamp = _stamp(path)
-        if stamp == seen or stamp is None:
-            continue
-        seen = stamp
-        reload_config(path, proxy)
+    await watch_files([path], poll_seconds, lambda: reload_config(path, proxy))
 
 
 def reload_config(path: str, proxy: Proxy) -> bool:

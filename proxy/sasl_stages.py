@@ -203,16 +203,16 @@ class SaslTerminate(RequestStage):
         return Reply(bytes(cls(version=ctx.api_version, error_code=0, mechanisms=offered)
                            .encode(version=ctx.api_version)))
 
-    def step(self, conn: ConnectionInfo, ip: str, token: bytes) -> tuple[bytes, int, str | None, int]:
+    def step(self, conn: ConnectionInfo, token: bytes) -> tuple[bytes, int, str | None, int]:
         """One client token, answered at once: (server token, Kafka error code, error message,
         delay ms before answering). A failure's answer is delayed per source address."""
         state = conn.sasl
         assert state is not None
         if state.server is None:
             return b"", ILLEGAL_SASL_STATE, "SaslAuthenticate without a successful SaslHandshake", 0
-        return self._settle(conn, ip, _attempt(state.server, token))
+        return self._settle(conn, _attempt(state.server, token))
 
-    def _settle(self, conn: ConnectionInfo, ip: str, outcome: SaslStep | SaslAuthenticationError,
+    def _settle(self, conn: ConnectionInfo, outcome: SaslStep | SaslAuthenticationError,
                 ) -> tuple[bytes, int, str | None, int]:
         state = conn.sasl
         assert state is not None
@@ -220,17 +220,18 @@ class SaslTerminate(RequestStage):
             state.server = None
             self.on_failure(state.mechanism or "?")
             log.warning("authentication failed from %s with %s: %s", conn.peer, state.mechanism, outcome)
-            return b"", SASL_AUTHENTICATION_FAILED, str(outcome), self.backoff.on_failure(ip, self.clock())
+            delay = self.backoff.on_failure(conn.ip, self.clock())
+            return b"", SASL_AUTHENTICATION_FAILED, str(outcome), delay
         if outcome.done:
             state.server = None
-            self.backoff.on_success(ip)
+            self.backoff.on_success(conn.ip)
             assert outcome.principal is not None
             self.principals.bind(conn, outcome.principal)
         return outcome.server_bytes, 0, None, 0
 
     def _authenticate(self, ctx: RequestContext, state: SaslState, token: bytes) -> Reply:
         if state.server is None or state.mechanism != "PLAIN":
-            return self._answer(ctx, self.step(ctx.conn, ctx.conn.ip, token))
+            return self._answer(ctx, self.step(ctx.conn, token))
         # PLAIN checks a salted PBKDF2 hash: ~100 ms of CPU, done on a worker thread (hashlib
         # releases the GIL) so the loop keeps serving every other connection meanwhile.
         loop = asyncio.get_running_loop()
@@ -238,7 +239,7 @@ class SaslTerminate(RequestStage):
         work = loop.run_in_executor(None, _attempt, state.server, token)
 
         def finish(done: asyncio.Future[SaslStep | SaslAuthenticationError]) -> None:
-            answer.set_result(self._answer(ctx, self._settle(ctx.conn, ctx.conn.ip, done.result())))
+            answer.set_result(self._answer(ctx, self._settle(ctx.conn, done.result())))
         work.add_done_callback(finish)
         return Reply(b"", later=answer)
 

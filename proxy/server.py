@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import socket
 import ssl
@@ -26,6 +25,7 @@ from .api_versions_stage import ApiVersionsGate, ApiVersionsIntersect
 from .cluster import Cluster
 from .connection import ClientConnection, ProxyHeaderThenTls
 from .context import ANONYMOUS
+from .file_watch import watch_files
 from .metrics import ProxyMetrics
 from .quota_admin_stage import SERVED, ClientQuotasApi
 from .quota_control import QuotaControl
@@ -42,12 +42,7 @@ log = logging.getLogger("kafka_quota_proxy")
 TERMINATED_SASL_APIS = ((17, 0, 1), (36, 0, 2))
 
 
-def _file_stamp(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_mtime_ns, st.st_size
+
 
 
 class Proxy:
@@ -123,21 +118,17 @@ class Proxy:
 
     async def _watch_credentials(self, path: str) -> None:
         """Users added or removed with `kafka-quota-proxy users` apply without a restart."""
-        stamp = _file_stamp(path)
-        while True:
-            await asyncio.sleep(2.0)
-            now = _file_stamp(path)
-            if now is None or now == stamp:
-                continue
-            stamp = now
+        def reload() -> None:
             try:
                 fresh = CredentialStore.load(path)
             except ConfigError as exc:
                 log.error("credentials reload refused, keeping the current users: %s", exc)
-                continue
+                return
             assert isinstance(self.sasl_stage, SaslTerminate)
             self.sasl_stage.store = fresh
             log.info("credentials reloaded from %s: %d user(s)", path, len(fresh.users()))
+
+        await watch_files([path], 2.0, reload)
 
     async def _expire_forever(self) -> None:
         while True:
@@ -224,11 +215,11 @@ class Proxy:
             self.metrics.connections_open.dec()
         if conn.admitted:
             conn.admitted = False
-            left = self._per_ip.get(conn.peer_ip, 1) - 1
+            left = self._per_ip.get(conn.info.ip, 1) - 1
             if left > 0:
-                self._per_ip[conn.peer_ip] = left
+                self._per_ip[conn.info.ip] = left
             else:
-                self._per_ip.pop(conn.peer_ip, None)
+                self._per_ip.pop(conn.info.ip, None)
         if not self.connections:
             self._all_closed.set()
 

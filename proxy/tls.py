@@ -8,12 +8,12 @@ reload needs no new listener and drops no connection. CA bundles only ever add t
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import ssl
 
 from config.identity_settings import TlsSettings, UpstreamTlsSettings
+
+from .file_watch import watch_files
 
 log = logging.getLogger("kafka_quota_proxy.tls")
 
@@ -39,24 +39,10 @@ def upstream_context(s: UpstreamTlsSettings) -> ssl.SSLContext:
     return ctx
 
 
-def _stamp(paths: list[str]) -> tuple[tuple[int, int], ...] | None:
-    try:
-        return tuple((os.stat(p).st_mtime_ns, os.stat(p).st_size) for p in paths)
-    except OSError:
-        return None
-
-
 async def watch_certificates(ctx: ssl.SSLContext, cert: str | None, key: str | None, ca: str | None,
                              what: str, poll_seconds: float = 2.0) -> None:
     """Reload `ctx`'s certificate (and CA) when the files change; a bad file keeps the old one."""
-    paths = [p for p in (cert, key, ca) if p]
-    seen = _stamp(paths)
-    while True:
-        await asyncio.sleep(poll_seconds)
-        stamp = _stamp(paths)
-        if stamp is None or stamp == seen:
-            continue
-        seen = stamp
+    def reload() -> None:
         try:
             if cert and key:
                 ctx.load_cert_chain(cert, key)
@@ -64,5 +50,7 @@ async def watch_certificates(ctx: ssl.SSLContext, cert: str | None, key: str | N
                 ctx.load_verify_locations(ca)
         except (OSError, ssl.SSLError) as exc:
             log.error("%s certificate reload failed, keeping the current one: %s", what, exc)
-            continue
+            return
         log.info("%s certificate reloaded from %s", what, cert or ca)
+
+    await watch_files([p for p in (cert, key, ca) if p], poll_seconds, reload)
