@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from config.quota_settings import QuotaSettings
-from quota.entities import QuotaKey
+from quota.entities import CLIENT_KEYS, QuotaKey
 from quota.managers import (
     ClientQuotaManager,
     ClientRequestQuotaManager,
@@ -88,6 +88,7 @@ class QuotaEngine:
         self._sensors: list[LocalSensors] = []
         self.connections = ConnectionQuotas(store, self.config, self._new_sensors())
         self.throttles = ThrottleStats(settings.max_tracked_entities)
+        self._measuring: tuple[int, bool] = (-1, False)  # (store version, answer)
         self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
 
     def _new_sensors(self) -> LocalSensors:
@@ -114,6 +115,16 @@ class QuotaEngine:
     @property
     def enforcing(self) -> bool:
         return self.settings.mode == "enforce"
+
+    @property
+    def measuring(self) -> bool:
+        """False until some client quota has ever been configured (Kafka's sticky per-type
+        flags): until then the managers record nothing, so requests need not visit them."""
+        version, answer = self._measuring
+        if version != self.store.version:
+            answer = any(self.store.quota_types_enabled(key) for key in CLIENT_KEYS)
+            self._measuring = (self.store.version, answer)
+        return answer
 
     def exempt(self, principal: str, client_id: str | None) -> bool:
         s = self.settings

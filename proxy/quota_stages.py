@@ -66,7 +66,7 @@ class QuotaCharge(RequestStage):
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
         user, client_id = _client(ctx)
-        if not engine.active or engine.exempt(user, ctx.header.client_id):
+        if not engine.active or not engine.measuring or engine.exempt(user, ctx.header.client_id):
             return None
         q = engine.scope(ctx.conn.upstream)
         key = ctx.api_key
