@@ -91,13 +91,21 @@ Response = bytes | memoryview | list[bytes | memoryview]
 
 
 class _Pending:
-    """A request waiting for its response; `response` is set when the response is ready."""
+    """A request waiting for its response; `response` is set when the response is ready.
+    `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered."""
 
-    __slots__ = ("ctx", "response")
+    __slots__ = ("ctx", "response", "throttle_due")
 
     def __init__(self, ctx: RequestContext, response: Response | None = None) -> None:
         self.ctx = ctx
         self.response = response
+        self.throttle_due = False
+
+
+def _holds(reasons: set[str]) -> bool:
+    """Whether frames already read must wait: a pause for anything but the in-flight bound
+    (a throttle, an authentication still being decided, a connection about to close)."""
+    return bool(reasons) and (len(reasons) > 1 or "inflight" not in reasons)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -117,6 +125,10 @@ class ClientConnection(asyncio.Protocol):
         self._draining = False
         self._closed = False
         self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
+        # Frames read but not yet handled: a pause that holds (`_holds`) began while they were
+        # in the same read. Handled, in order, once it ends.
+        self._held: deque[memoryview] = deque()
+        self._throttles_due = 0  # forwarded requests over quota whose responses are still out
         self._muted_until = 0.0  # loop time until which a quota throttle holds reading
         self._unmute: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
@@ -182,11 +194,11 @@ class ClientConnection(asyncio.Protocol):
                 return
             self.upstream = upstream
             self.info.upstream = str(target)
+            assert self.gate is not None
+            self.gate.resume("connecting")
             early, self._early = self._early, []
             for data in early:
                 self.data_received(data)
-            assert self.gate is not None
-            self.gate.resume("connecting")
             return
         if not self._closed:
             log.warning("closing connection from %s: no broker reachable for %s (%s)",
@@ -225,9 +237,26 @@ class ClientConnection(asyncio.Protocol):
             # over what it had already read.
             self._early.append(data)
             return
-        out: list[bytes | memoryview] = []
         try:
-            for frame in self.decoder.feed(data):
+            frames = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self._bad_input(exc)
+            return
+        if self._held:
+            self._held.extend(frames)  # after what is already waiting (reading is paused)
+            return
+        self._take(frames)
+
+    def _take(self, frames: Sequence[memoryview]) -> None:
+        """Handle frames in order, holding the rest as soon as a pause that holds begins."""
+        assert self.gate is not None
+        out: list[bytes | memoryview] = []
+        reasons = self.gate.reasons
+        try:
+            for i, frame in enumerate(frames):
+                if _holds(reasons):
+                    self._held.extend(frames[i:])
+                    break
                 self._handle_request(frame, out)
         except ProtocolError as exc:
             self._bad_input(exc)
@@ -240,6 +269,13 @@ class ClientConnection(asyncio.Protocol):
             # ahead would only let a throttled client run past its mute (and hold memory).
             assert self.gate is not None
             self.gate.pause("inflight")
+
+    def _release(self) -> None:
+        """Handle the held frames, once nothing holds them any more."""
+        if self._held and not self._closed and self.gate is not None and not _holds(self.gate.reasons):
+            frames = list(self._held)
+            self._held.clear()
+            self._take(frames)
 
     def _header_expired(self) -> None:
         if self._proxy_header is not None and not self._closed:
@@ -290,6 +326,13 @@ class ClientConnection(asyncio.Protocol):
             pending = _Pending(ctx)
             self._inflight.append(pending)
             self._awaiting.append(pending)
+            if ctx.throttle_ms:
+                # Over quota on arrival (Produce): read nothing more; the throttle itself
+                # starts when the response goes out, as on a broker.
+                pending.throttle_due = True
+                self._throttles_due += 1
+                assert self.gate is not None
+                self.gate.pause("throttle")
         elif ctx.throttle_ms:
             self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
         ctx.sent_at = perf_counter()
@@ -313,6 +356,7 @@ class ClientConnection(asyncio.Protocol):
                     answer: Reply = future.result()
                     self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
                                answer.close_after)
+                    self._release()
             reply.later.add_done_callback(done)
             return
         self._reply(ctx, self._frame_reply(ctx, reply.body), reply.delay_ms, reply.close_after)
@@ -466,6 +510,8 @@ class ClientConnection(asyncio.Protocol):
                 if not self._closed:
                     transport.write(response)
             self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(size)  # type: ignore[attr-defined]
+            if pending.throttle_due:
+                self._throttles_due -= 1
             if pending.ctx.throttle_ms:
                 self.mute(pending.ctx.throttle_ms)
         if self._draining and not inflight:
@@ -478,18 +524,21 @@ class ClientConnection(asyncio.Protocol):
             return
         loop = self.proxy.loop
         until = loop.time() + throttle_ms / 1000
+        self.gate.pause("throttle")
         if until <= self._muted_until:
             return
         self._muted_until = until
-        self.gate.pause("throttle")
         if self._unmute is not None:
             self._unmute.cancel()
         self._unmute = loop.call_at(until, self._end_throttle)
 
     def _end_throttle(self) -> None:
         self._unmute = None
+        if self._throttles_due:
+            return  # a response over quota is still to go out; its own mute ends the pause
         if self.gate is not None:
             self.gate.resume("throttle")
+            self._release()
 
     def upstream_lost(self, reason: str | None) -> None:
         if not self._closed:

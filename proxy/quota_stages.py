@@ -1,11 +1,20 @@
 """Quota enforcement as stages, the way a Kafka broker applies quotas (KIP-219).
 
-The request stage picks the managers to charge and applies what must happen before the broker
-sees the request: acks=0 Produce bytes, the Fetch max_bytes cap, and strict controller-mutation
-checks. The response stage charges what is known only when the response arrives (Produce bytes,
-Fetch bytes, request time) and, for Fetch, swaps in Kafka's throttled empty response. The last
-response stage writes max(broker's, proxy's) throttle into `throttle_time_ms`; the connection
-then stops reading from the client for the proxy's throttle.
+The request stage picks the managers to charge and applies what is known before the broker
+sees the request: Produce bytes, the Fetch max_bytes cap, and strict controller-mutation checks.
+The response stage charges what is known only when the response arrives (Fetch bytes, request
+time) and, for Fetch, swaps in Kafka's throttled empty response. The last response stage writes
+max(broker's, proxy's) throttle into `throttle_time_ms`; the connection then stops reading from
+the client for the proxy's throttle.
+
+Produce bytes at arrival. A broker reads one request per connection at a time and charges
+Produce bytes as it answers, so a client over quota is muted after one request. The proxy keeps
+several requests in flight per connection; had it charged Produce bytes at the response, the
+requests read meanwhile (up to `max_inflight_requests`, megabytes each) would all pass before
+the first throttle took hold, and the client would move in bursts of several requests. Charged
+at arrival, the request that goes over quota is the last one read: the connection holds
+everything after it until its response has gone out and its throttle has passed. The bytes
+charged are the same; they are charged a broker round trip earlier.
 
 Request time at a proxy. The proxy cannot see broker threads, so it charges the proxy's own
 processing time for the request and its response, plus the broker's service time as seen from
@@ -82,8 +91,9 @@ class QuotaCharge(RequestStage):
                     ctx.forward = Pieces((ctx.frame[:at], INT32.pack(max(int(cap), 1)),
                                           ctx.frame[at + 4:]))
         ctx.quota = q
-        if key == PRODUCE and not ctx.expects_response:
-            # acks=0: no response will come, so charge now; muted all the same on a breach.
+        if key == PRODUCE:
+            # Charged on arrival: the connection then reads nothing more from a client over its
+            # quota until the throttle is over (see the module docstring).
             now = engine.clock()
             throttle(engine, ctx, "produce", q.produce.record_and_get_throttle_ms(
                 user, client_id, len(ctx.frame) - 4, now), now)
@@ -223,10 +233,7 @@ class QuotaSettle(ResponseStage):
         if key not in REQUEST_QUOTA_EXEMPT:
             request_throttle = q.request.record_and_get_throttle_ms(
                 user, client_id, request_time_ms(ctx, perf_counter()), now)
-        if key == PRODUCE:
-            throttle(engine, ctx, "produce", q.produce.record_and_get_throttle_ms(
-                user, client_id, len(ctx.frame) - 4, now), now)
-        elif key == FETCH:
+        if key == FETCH:
             size = len(body) + 4  # FetchResponse.sizeOf: the body and its 4-byte size
             fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now)
             if fetch_throttle > 0 or request_throttle > 0:

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from pathlib import Path
+from typing import Any
 
 import pytest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from identity.credentials import CredentialStore
 from protocol.headers import RequestHeader
 from tests.support.fake_broker import BrokerConn, list_groups_v0_body
 from tests.support.processes import free_port
@@ -300,3 +304,35 @@ def test_a_proxy_protocol_header_must_arrive_in_time(caplog: pytest.LogCaptureFi
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1
     assert "proxy_protocol_timeout: no complete PROXY protocol header within 0.3s" in warnings[0]
+
+
+def test_requests_pipelined_behind_a_plain_authentication_wait_for_its_outcome(tmp_path: Path) -> None:
+    """PLAIN is checked on a worker thread. A client that writes its first request together
+    with SaslAuthenticate has that request read after the outcome, as the authenticated user,
+    not refused as a request before authentication."""
+    users = tmp_path / "users.yaml"
+    store = CredentialStore()
+    store.add("alice", "alice-Secret-1", ["PLAIN"])
+    store.save(users)
+
+    def frame(msg: Any, correlation: int) -> bytes:
+        msg.with_header(correlation_id=correlation, client_id="c")
+        return bytes(msg.encode(version=1, header=True, framed=True))
+
+    async def scenario() -> None:
+        async with running(sasl={"mode": "terminate", "credentials_file": str(users)}) as h:
+            reader, writer = await h.connect()
+            writer.write(frame(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+            assert correlation_id(await read_frame(reader)) == 1
+            token = b"\x00alice\x00alice-Secret-1"
+            writer.write(frame(SaslAuthenticateRequest(auth_bytes=token), 2) + list_groups(3))
+            auth, groups = await read_frame(reader), await read_frame(reader)
+            assert correlation_id(auth) == 2
+            assert struct.unpack_from(">h", auth, 8)[0] == 0  # error_code NONE
+            assert correlation_id(groups) == 3 and groups[8:] == list_groups_v0_body()
+            (conn,) = h.broker.client_conns()
+            assert conn.frames == [list_groups(3)]
+            (client,) = h.proxy.connections
+            assert client.info.principal == "alice"
+            writer.close()
+    run(scenario())

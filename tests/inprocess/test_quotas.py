@@ -83,6 +83,7 @@ class Script:
         self.fetch_throttle = 0
         self.fetch_records = b""
         self.delay = 0.0  # before answering ListGroups
+        self.produce_delay = 0.0  # before answering Produce
         self.arrivals: dict[int, float] = {}  # correlation id -> loop time at the broker
         self.api_keys: list[int] = []
 
@@ -93,6 +94,8 @@ class Script:
         if key == 0:
             if produce_acks(memoryview(frame), header.body_offset, v) == 0:
                 return None
+            if self.produce_delay:
+                await asyncio.sleep(self.produce_delay)
             return produce_response(v, self.produce_throttle)
         if key == 1:
             return fetch_response(v, self.fetch_throttle, self.fetch_records)
@@ -351,6 +354,40 @@ def test_produce_throttle_follows_the_window() -> None:
             # 10000 B over 0.5 s elapsed plus the 10 s every window starts with: 10.5 s
             expected = kafka_throttle(10_000 / 10.5, 500, window_ms=10_500)
             assert (await c.call(produce(7, 5000))).throttle_time_ms == expected == 9500
+            c.close()
+    run(scenario())
+
+
+@pytest.mark.parametrize("broker_delay", [0.0, 0.2])
+def test_requests_pipelined_behind_one_over_quota_wait_for_its_throttle(broker_delay: float) -> None:
+    """A client that writes several requests at once: the Produce that goes over quota is the
+    last one read. What came in the same write waits unread, as it would in a broker's socket,
+    until that Produce has been answered and its throttle has passed."""
+    script = Script()
+    script.produce_delay = broker_delay
+
+    async def scenario() -> None:
+        async with running(script, quotas=PRODUCE_QUOTA) as h:
+            freeze(h)
+            c = await connect(h)
+            loop = asyncio.get_running_loop()
+            first, second, groups = produce(7, 4000), produce(7, 1040), list_groups()
+            c.writer.write(c.frame(first) + c.frame(second) + c.frame(groups))
+            await c.writer.drain()
+            raw1, r1 = await c.recv(first)
+            answered = loop.time()
+            assert r1.throttle_time_ms == 0  # 400 B/s: under the quota
+            raw2, r2 = await c.recv(second)
+            second_answered = loop.time()
+            assert r2.throttle_time_ms == kafka_throttle(5040 / 10, 500) == 80
+            raw3, r3 = await c.recv(groups)
+            assert [correlation_id(r) for r in (raw1, raw2, raw3)] == [1, 2, 3]
+            assert script.api_keys == [0, 0, 16]
+            # ListGroups reached the broker only after the second Produce's response (held by
+            # the broker for broker_delay) and then its 80 ms throttle.
+            assert script.arrivals[3] >= second_answered + 0.080 - 0.005
+            assert second_answered - answered >= broker_delay - 0.005
+            assert r3.throttle_time_ms == 0
             c.close()
     run(scenario())
 

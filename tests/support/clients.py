@@ -55,8 +55,10 @@ class Progress:
 
 
 def run_producer(bootstrap: str, topic: str, client_id: str, seconds: float, progress: Progress,
-                 max_rate: float | None = None, stop: threading.Event | None = None) -> None:
-    """Produce 1 KiB records flat out (or at most max_rate bytes/s) for `seconds`."""
+                 max_rate: float | None = None, stop: threading.Event | None = None,
+                 config: dict[str, Any] | None = None) -> None:
+    """Produce 1 KiB records flat out (or at most max_rate bytes/s) for `seconds`; `config`
+    adds to (or overrides) the producer's settings."""
     done = [0]
 
     def delivered(err: Any, msg: Any) -> None:
@@ -67,7 +69,7 @@ def run_producer(bootstrap: str, topic: str, client_id: str, seconds: float, pro
             done[0] += len(msg.value())
 
     p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "acks": 1,
-                  "statistics.interval.ms": 500, "stats_cb": progress.on_stats})
+                  "statistics.interval.ms": 500, "stats_cb": progress.on_stats, **(config or {})})
     value = os.urandom(RECORD)
     start = time.monotonic()
     sent = 0
