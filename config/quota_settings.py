@@ -13,6 +13,15 @@
       state_file: null         # where quotas set through AlterClientQuotas are kept;
                                # default: <config file>.quota-state.json beside the config
       alter_principals: null   # who may AlterClientQuotas; null: every principal
+      producer_ids:            # the producer_ids_rate quota (KIP-936), see ProducerIdSettings
+        action: throttle       # throttle | reject
+        window_num: 11         # producer.id.quota.window.num
+        window_size_seconds: 3600  # producer.id.quota.window.size.seconds
+        cleanup_interval_ms: 10    # producer.id.quota.cache.cleanup.scheduler.interval.ms
+        expected_ids_per_window: 1000  # per user: sizes each Bloom filter
+        false_positive_rate: 0.01
+        max_users: 10000
+        max_bits_per_user: 131072
     quotas:
       - client-id: producer-a
         producer_byte_rate: 1048576
@@ -20,6 +29,8 @@
         consumer_byte_rate: 2097152
       - ip: <default>
         connection_creation_rate: 20
+      - user: <default>
+        producer_ids_rate: 0.05  # new producer ids per second (extension key, users only)
 """
 
 from __future__ import annotations
@@ -36,6 +47,65 @@ from .errors import ConfigError
 SCOPES = ("broker", "proxy")
 MODES = ("enforce", "observe", "off")
 ENTITY_KEYS = {"user": "user", "client-id": "client_id", "ip": "ip"}
+PRODUCER_ID_ACTIONS = ("throttle", "reject")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdSettings:
+    """The producer-id quota (KIP-936): how new ids are measured, remembered and refused.
+
+    Window and cleanup defaults are the KIP's proposed broker configs. The filter shape and the
+    caps are the proxy's (the KIP leaves them open). Every filter has the same m bits: enough for
+    `expected_ids_per_window` ids at `false_positive_rate`, but at most `max_bits_per_user`
+    (9,586 bits, 1,199 bytes, with these defaults). A user holds at most two filters and at most
+    `max_users` users are tracked, so the cache holds at most max_users * 2 * m / 8 bytes of
+    bits: 24 MB with these defaults, scope by scope.
+    """
+
+    action: str = "throttle"
+    window_num: int = 11
+    window_size_seconds: int = 3600
+    cleanup_interval_ms: int = 10
+    expected_ids_per_window: int = 1000
+    false_positive_rate: float = 0.01
+    max_users: int = 10_000
+    max_bits_per_user: int = 1 << 17
+
+    @property
+    def window_ms(self) -> int:
+        return self.window_size_seconds * 1000
+
+    # Changing these changes the measurement or the filters' shape: they need a restart.
+    SHAPE = ("window_num", "window_size_seconds", "expected_ids_per_window", "false_positive_rate",
+             "max_users", "max_bits_per_user", "cleanup_interval_ms")
+
+
+def parse_producer_ids(raw: Any) -> ProducerIdSettings:
+    if raw is None:
+        return ProducerIdSettings()
+    if not isinstance(raw, dict):
+        raise ConfigError("quota.producer_ids", "expected a mapping")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        full = f"quota.producer_ids.{key}"
+        if key == "action":
+            if value not in PRODUCER_ID_ACTIONS:
+                raise ConfigError(full, f"expected one of {', '.join(PRODUCER_ID_ACTIONS)}, got {value!r}")
+            values[key] = value
+        elif key in ("window_num", "window_size_seconds", "cleanup_interval_ms", "expected_ids_per_window",
+                     "max_bits_per_user"):
+            values[key] = _int(full, value)
+        elif key == "max_users":
+            values[key] = _int(full, value, minimum=0)
+        elif key == "false_positive_rate":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+                raise ConfigError(full, f"expected a number between 0 and 1 (exclusive), got {value!r}")
+            values[key] = float(value)
+        else:
+            raise ConfigError(full, "unknown key (known: action, window_num, window_size_seconds, "
+                              "cleanup_interval_ms, expected_ids_per_window, false_positive_rate, "
+                              "max_users, max_bits_per_user)")
+    return ProducerIdSettings(**values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +121,7 @@ class QuotaSettings:
     state_file: str | None = None
     # Who may AlterClientQuotas through the proxy; None lets every principal (see the README).
     alter_principals: frozenset[str] | None = None
+    producer_ids: ProducerIdSettings = ProducerIdSettings()
 
     @property
     def window_ms(self) -> int:
@@ -93,6 +164,8 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
             values[key] = _names(full, value)
         elif key == "alter_principals":
             values[key] = None if value is None else _names(full, value)
+        elif key == "producer_ids":
+            values[key] = parse_producer_ids(value)
         elif key == "state_file":
             if value is not None and (not isinstance(value, str) or not value):
                 raise ConfigError(full, "expected a file path")
@@ -100,7 +173,7 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
         else:
             raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
                               "exempt_principals, exempt_client_ids, max_tracked_entities, "
-                              "max_connections_per_ip, state_file, alter_principals)")
+                              "max_connections_per_ip, state_file, alter_principals, producer_ids)")
     return QuotaSettings(**values)
 
 

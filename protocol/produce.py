@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
+
+from kafka.protocol.producer.produce import ProduceResponse
 
 from .errors import MalformedMessage
 from .primitives import INT16, INT32, INT64, need, read_uvarint, skip_tagged_fields
@@ -107,3 +110,18 @@ def producer_ids(frame: memoryview, body_offset: int, version: int) -> list[int]
                     ids.append(pid)
             pos += LOG_OVERHEAD + length
     return ids
+
+
+def refusal(request: Any, version: int, error_code: int, message: str, throttle_ms: int) -> bytes:
+    """A ProduceResponse body failing every partition of a decoded `request` with `error_code`
+    (and `message`, from v8), carrying `throttle_ms` (from v1)."""
+    topic = ProduceResponse.TopicProduceResponse
+    part = topic.PartitionProduceResponse
+    responses = [topic(name=t.name if version < 13 else None, topic_id=t.topic_id if version >= 13 else None,
+                       partition_responses=[part(index=p.index, error_code=error_code, base_offset=-1,
+                                                 log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                                 error_message=message, current_leader=None)
+                                            for p in t.partition_data])
+                 for t in request.topic_data]
+    return bytes(ProduceResponse(version=version, throttle_time_ms=throttle_ms, responses=responses,
+                                 node_endpoints=[]).encode(version=version))

@@ -354,10 +354,15 @@ class ClientConnection(asyncio.Protocol):
                     self.gate.resume("authenticating")
                 if not self._closed:
                     answer: Reply = future.result()
+                    assert answer.body is not None
                     self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
                                answer.close_after)
                     self._release()
             reply.later.add_done_callback(done)
+            return
+        if reply.body is None:
+            if ctx.throttle_ms:
+                self.mute(ctx.throttle_ms)  # refused with no response to send (acks=0)
             return
         self._reply(ctx, self._frame_reply(ctx, reply.body), reply.delay_ms, reply.close_after)
 

@@ -10,18 +10,20 @@ one set for everything behind this proxy instance. The managers themselves are t
 from __future__ import annotations
 
 import dataclasses
+import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from config.quota_settings import QuotaSettings
-from quota.entities import CLIENT_KEYS, QuotaKey
+from quota.entities import CLIENT_KEYS, USER_ONLY_KEYS, QuotaKey
 from quota.managers import (
     ClientQuotaManager,
     ClientRequestQuotaManager,
     ConnectionQuotas,
     ControllerMutationQuotaManager,
 )
+from quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
 from quota.rate import MetricConfig
 from quota.resolution import QuotaStore
 from quota.sensors import LocalSensors
@@ -41,6 +43,7 @@ class ScopeManagers:
     fetch: ClientQuotaManager
     request: ClientRequestQuotaManager
     mutation: ControllerMutationQuotaManager
+    producer_ids: ProducerIdQuotaManager
 
 
 @dataclass(slots=True)
@@ -84,6 +87,11 @@ class QuotaEngine:
         self.store = store
         self.clock = clock
         self.config = MetricConfig(samples=settings.window_num, window_ms=settings.window_ms)
+        pid = settings.producer_ids
+        self.producer_id_config = MetricConfig(samples=pid.window_num, window_ms=pid.window_ms)
+        # A secret seed per process: a client cannot choose producer ids whose filter bits are
+        # already set, to pass as seen.
+        self.producer_id_seed = secrets.randbits(32)
         self._scopes: dict[str, ScopeManagers] = {}
         self._sensors: list[LocalSensors] = []
         self.connections = ConnectionQuotas(store, self.config, self._new_sensors())
@@ -104,8 +112,14 @@ class QuotaEngine:
         # state_file too: the quota control keeps writing where it read at start.
         fixed = ("scope", "window_num", "window_size_seconds", "max_tracked_entities", "state_file")
         needs_restart = [name for name in fixed if getattr(settings, name) != getattr(self.settings, name)]
-        # The measurement's shape stays as started; everything else applies at once.
-        self.settings = dataclasses.replace(settings, **{n: getattr(self.settings, n) for n in fixed})
+        old_ids, new_ids = self.settings.producer_ids, settings.producer_ids
+        shape = old_ids.SHAPE
+        needs_restart += [f"producer_ids.{n}" for n in shape if getattr(new_ids, n) != getattr(old_ids, n)]
+        # The measurement's shape stays as started; everything else (the producer-id action
+        # among it) applies at once.
+        producer_ids = dataclasses.replace(new_ids, **{n: getattr(old_ids, n) for n in shape})
+        self.settings = dataclasses.replace(settings, producer_ids=producer_ids,
+                                            **{n: getattr(self.settings, n) for n in fixed})
         return needs_restart
 
     @property
@@ -122,7 +136,7 @@ class QuotaEngine:
         flags): until then the managers record nothing, so requests need not visit them."""
         version, answer = self._measuring
         if version != self.store.version:
-            answer = any(self.store.quota_types_enabled(key) for key in CLIENT_KEYS)
+            answer = any(self.store.quota_types_enabled(key) for key in CLIENT_KEYS | USER_ONLY_KEYS)
             self._measuring = (self.store.version, answer)
         return answer
 
@@ -143,8 +157,27 @@ class QuotaEngine:
                                          self._new_sensors()),
                 request=ClientRequestQuotaManager(self.store, self.config, self._new_sensors()),
                 mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors()),
+                producer_ids=self._producer_id_manager(),
             )
         return found
+
+    def _producer_id_manager(self) -> ProducerIdQuotaManager:
+        s = self.settings.producer_ids
+        cache = ProducerIdCache(s.window_ms, s.expected_ids_per_window, s.false_positive_rate, s.max_users,
+                                s.max_bits_per_user, self.producer_id_seed)
+        sensors = LocalSensors(self.producer_id_config, max_entities=self.settings.max_tracked_entities,
+                               expiry_ms=max(EXPIRY_MS, s.window_num * s.window_ms))
+        self._sensors.append(sensors)
+        return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache)
+
+    def tracks_producer_ids(self) -> bool:
+        """Whether any scope's seen-id cache holds a user (its cleanup then has work)."""
+        return any(len(m.producer_ids.cache) for m in self._scopes.values())
+
+    def expire_producer_ids(self) -> None:
+        now = self.clock()
+        for managers in self._scopes.values():
+            managers.producer_ids.expire(now)
 
     def scopes(self) -> Iterator[tuple[str, ScopeManagers]]:
         yield from self._scopes.items()

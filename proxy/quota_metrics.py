@@ -15,7 +15,9 @@ from typing import Any, cast
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from quota.entities import QuotaKey
 from quota.rate import Rate
+from quota.resolution import sanitize_user
 from quota.token_bucket import TokenBucket
 
 from .quota_engine import QuotaEngine
@@ -62,6 +64,7 @@ class QuotaCollector(Collector):
                     _, user, client = cast(tuple[str, str, str], key)
                     tokens.add_metric([scope, user, client], stat.tokens(now))
                     mutation_rate.add_metric([scope, user, client], stat.rate_per_s)
+        yield from self._producer_ids(now, limit)
         yield from (byte_rate, request_time, mutation_rate, tokens, limit)
 
         throttle_ms = CounterMetricFamily(P + "throttle_time_ms", "Throttle time applied (or, in "
@@ -96,3 +99,44 @@ class QuotaCollector(Collector):
         for name in ("enforce", "observe", "off"):
             mode.add_metric([name], 1.0 if engine.settings.mode == name else 0.0)
         yield mode
+
+    def _producer_ids(self, now: int, limit: GaugeMetricFamily) -> Iterator[Any]:
+        """KIP-936: per user, the new-id rate, ids remembered, the estimated false-positive rate
+        and refusals; per scope, the cache's size and what its caps turned away."""
+        rate = GaugeMetricFamily(P + "producer_id_rate", "New producer ids per second per user "
+                                 "(producer_ids_rate's measure)", labels=["scope", "user"])
+        tracked = GaugeMetricFamily(P + "producer_ids_tracked", "Producer ids remembered as seen "
+                                    "per user (added to its live Bloom filters)", labels=["scope", "user"])
+        fp_rate = GaugeMetricFamily(P + "producer_id_false_positive_rate", "Estimated chance that a "
+                                    "new id of this user is taken for seen", labels=["scope", "user"])
+        rejections = CounterMetricFamily(P + "producer_id_rejections", "Produce requests refused for "
+                                         "the producer-id quota (action reject)", labels=["scope", "user"])
+        users = GaugeMetricFamily(P + "producer_id_cache_users", "Users in the seen-producer-id cache",
+                                  labels=["scope"])
+        size = GaugeMetricFamily(P + "producer_id_cache_bytes", "Bloom filter bits held, in bytes",
+                                 labels=["scope"])
+        dropped = CounterMetricFamily(P + "producer_id_cache_dropped_users", "New users not tracked "
+                                      "because quota.producer_ids.max_users was reached", labels=["scope"])
+        overfull = CounterMetricFamily(P + "producer_id_cache_overfull_adds", "Ids added to a filter "
+                                       "already holding its capacity (its false-positive rate then "
+                                       "rises above the configured one)", labels=["scope"])
+        for scope, managers in self.engine.scopes():
+            m = managers.producer_ids
+            cache = m.cache
+            users.add_metric([scope], len(cache))
+            size.add_metric([scope], cache.memory_bytes())
+            dropped.add_metric([scope], cache.dropped_users)
+            overfull.add_metric([scope], cache.overfull_adds)
+            for user in cache.users():
+                tracked.add_metric([scope, sanitize_user(user)], cache.ids_tracked(user, now))
+                fp_rate.add_metric([scope, sanitize_user(user)], cache.estimated_fp_rate(user, now))
+            for key, stat in m.rate.sensors.entries(now):
+                if isinstance(stat, Rate):
+                    _, user_tag, _ = cast(tuple[str, str, str], key)
+                    rate.add_metric([scope, user_tag], stat.measure(now))
+                    bound = m.rate.resolver.quota((user_tag, ""))
+                    if bound is not None:
+                        limit.add_metric([QuotaKey.PRODUCER_IDS_RATE.value, scope, user_tag, ""], bound)
+            for user_tag, count in m.rejections.items():
+                rejections.add_metric([scope, user_tag], count)
+        yield from (rate, tracked, fp_rate, rejections, users, size, dropped, overfull)

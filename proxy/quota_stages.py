@@ -37,10 +37,13 @@ from kafka.protocol.admin.topics import (
     DeleteTopicsResponse,
 )
 
+from protocol.errors import ProtocolError
 from protocol.fetch import read_fetch_request, session_id, throttled_response_body
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
+from protocol.produce import producer_ids, refusal
 from protocol.throttle import patched, read_throttle, throttle_offset
+from quota.producer_ids import ProducerIdQuotaManager
 from quota.resolution import sanitize_user
 
 from .context import RequestContext
@@ -55,6 +58,12 @@ REQUEST_QUOTA_EXEMPT = frozenset({SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICAT
 # Strict (KIP-599) from these versions: over quota is refused, not throttled afterwards.
 STRICT_FROM = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
 THROTTLING_QUOTA_EXCEEDED = 89
+# What a Produce refused for the producer-id quota (action `reject`) fails its partitions with:
+# THROTTLING_QUOTA_EXCEEDED, the error KIP-599 made for a quota that refuses instead of delaying.
+# The Java producer retries it (ThrottlingQuotaExceededException is retriable) until
+# delivery.timeout.ms; kafka-python retries it too; librdkafka and aiokafka do not know it for
+# Produce and fail the messages at once with this error. README "Producer-id quotas" has more.
+PRODUCER_ID_REFUSAL = THROTTLING_QUOTA_EXCEEDED
 THROTTLING_MESSAGE = "The throttling quota has been exceeded."
 DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions default, for CreateTopics with -1
 
@@ -92,14 +101,41 @@ class QuotaCharge(RequestStage):
                                           ctx.frame[at + 4:]))
         ctx.quota = q
         if key == PRODUCE:
+            now = engine.clock()
+            if q.producer_ids.quotas_enabled:
+                refused = self._producer_ids(ctx, q.producer_ids, user, now)
+                if refused is not None:
+                    return refused
             # Charged on arrival: the connection then reads nothing more from a client over its
             # quota until the throttle is over (see the module docstring).
-            now = engine.clock()
             throttle(engine, ctx, "produce", q.produce.record_and_get_throttle_ms(
                 user, client_id, len(ctx.frame) - 4, now), now)
         elif key in STRICT_FROM:
             return self._mutation(ctx)
         return None
+
+    def _producer_ids(self, ctx: RequestContext, manager: ProducerIdQuotaManager, user: str,
+                      now: int) -> Reply | None:
+        """KIP-936: count the request's producer ids new for the user; throttle, or with the
+        `reject` action refuse the request unforwarded (see PRODUCER_ID_REFUSAL)."""
+        engine = self.engine
+        try:
+            pids = producer_ids(ctx.frame, ctx.header.body_offset, ctx.api_version)
+        except ProtocolError:
+            return None  # malformed records: the broker answers CORRUPT_MESSAGE for them
+        if not pids:
+            return None
+        strict = engine.enforcing and engine.settings.producer_ids.action == "reject"
+        charge = manager.charge(user, pids, now, strict)
+        throttle(engine, ctx, "producer_ids", charge.throttle_ms, now, per_user=True)
+        if not charge.rejected:
+            return None
+        if not ctx.expects_response:
+            return Reply(None)  # acks=0: dropped, and the connection muted for the throttle
+        message = (f"{charge.new_ids} new producer id(s) would exceed the producer_ids_rate quota "
+                   f"of user {user!r}; retry after {charge.throttle_ms} ms")
+        return Reply(refusal(ctx.decode_request(), ctx.api_version, PRODUCER_ID_REFUSAL, message,
+                             ctx.throttle_ms))
 
     def _fetch_cap(self, q: Any, user: str, client_id: str) -> float:
         """Kafka caps max_bytes at Q*(N-1)*W (getMaxValueInQuotaWindow). The proxy caps at one
@@ -177,12 +213,13 @@ def _refusal(api_key: int, version: int, request: Any, throttle_ms: int) -> byte
 
 
 def throttle(engine: QuotaEngine, ctx: RequestContext, quota_type: str, throttle_ms: int,
-             now_ms: int) -> None:
-    """Count a throttle and, when enforcing, hold the client for it."""
+             now_ms: int, per_user: bool = False) -> None:
+    """Count a throttle and, when enforcing, hold the client for it. `per_user`: the quota is
+    the user's alone (producer ids), so the throttle is counted without a client-id."""
     if throttle_ms <= 0:
         return
     user, client_id = _client(ctx)
-    engine.throttles.add(quota_type, sanitize_user(user), client_id, throttle_ms, now_ms)
+    engine.throttles.add(quota_type, sanitize_user(user), "" if per_user else client_id, throttle_ms, now_ms)
     if engine.enforcing:
         ctx.throttle_ms = max(ctx.throttle_ms, throttle_ms)
 

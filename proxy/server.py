@@ -104,6 +104,7 @@ class Proxy:
             log.info("metrics at http://%s/metrics", s.metrics)
         self._spawn(self.cluster.refresh_forever())
         self._spawn(self._expire_forever())
+        self._spawn(self._expire_producer_ids_forever())
         if s.sasl.mode == "terminate" and s.sasl.credentials_file is not None:
             self._spawn(self._watch_credentials(s.sasl.credentials_file))
         if s.tls is not None and self.server_ssl is not None:
@@ -134,6 +135,14 @@ class Proxy:
         while True:
             await asyncio.sleep(60)
             self.engine.expire()
+
+    async def _expire_producer_ids_forever(self) -> None:
+        """KIP-936's cache cleanup, every producer.id.quota.cache.cleanup.scheduler.interval.ms
+        while some user is tracked; an idle proxy looks once a second."""
+        while True:
+            busy = self.engine.tracks_producer_ids()
+            await asyncio.sleep(self.engine.settings.producer_ids.cleanup_interval_ms / 1000 if busy else 1.0)
+            self.engine.expire_producer_ids()
 
     def _spawn(self, coro: Any) -> None:
         task = self.loop.create_task(coro)

@@ -22,7 +22,7 @@ from .context import RequestContext
 class Reply:
     """A response body produced by the proxy itself: the request is not forwarded."""
 
-    body: bytes
+    body: bytes | None  # None: no response at all (a refused Produce with acks=0)
     delay_ms: int = 0  # hold the answer this long (failed authentications are slowed down)
     close_after: bool = False  # close the connection once it is written (failed authentication)
     # The answer is computed off the event loop (a PLAIN password hash takes ~100 ms of CPU):

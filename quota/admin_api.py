@@ -22,6 +22,10 @@ differences, all on inputs Kafka accepts but the proxy cannot represent or enfor
 - A value that is NaN or infinite is rejected; Kafka accepts both for DOUBLE keys.
 - All occurrences of an entity named twice in one request fail and none is applied. Kafka
   reports the error but has already recorded the first occurrence's changes.
+
+One extension: the key `producer_ids_rate` (KIP-936, never shipped by Kafka; a DOUBLE, new
+producer ids per second) is accepted on user entities alone, a name or the default, and
+refused with INVALID_REQUEST on any entity with a client-id or an ip.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from .entities import CLIENT_KEYS, DEFAULT, IP_KEYS, WHOLE_NUMBER_KEYS, QuotaEntity, QuotaKey
+from .entities import DEFAULT, USER_ONLY_KEYS, WHOLE_NUMBER_KEYS, QuotaEntity, QuotaKey, keys_for
 
 # Kafka error codes used by these two APIs.
 NONE = 0
@@ -310,7 +314,7 @@ def alter_client_quotas(
 
 def _validate_ops(entity: QuotaEntity, ops: Sequence[WireOp]) -> list[tuple[QuotaKey, float | None]]:
     """The entry's ops as (key, value or None to remove); raises QuotaRequestError."""
-    valid_keys = IP_KEYS if entity.ip is not None else CLIENT_KEYS
+    valid_keys = keys_for(entity)
     seen: set[str] = set()
     alterations: list[tuple[QuotaKey, float | None]] = []
     for key_name, value, remove in ops:
@@ -326,6 +330,9 @@ def _validate_ops(entity: QuotaEntity, ops: Sequence[WireOp]) -> list[tuple[Quot
             if key is not None and key in valid_keys:
                 alterations.append((key, None))
             continue
+        if key in USER_ONLY_KEYS and key not in valid_keys:
+            raise QuotaRequestError(INVALID_REQUEST, f"{key_name} applies to user entities alone "
+                                                     f"(a user or the default user, no client-id)")
         if key is None or key not in valid_keys:
             raise QuotaRequestError(INVALID_REQUEST, f"Invalid configuration key {key_name}")
         _validate_value(key, value)

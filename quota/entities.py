@@ -19,6 +19,9 @@ class QuotaKey(StrEnum):
     REQUEST_PERCENTAGE = "request_percentage"
     CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
     CONNECTION_CREATION_RATE = "connection_creation_rate"
+    # KIP-936, which Apache Kafka never shipped: new producer ids per second, for user entities
+    # only. An extension key: only this proxy understands it.
+    PRODUCER_IDS_RATE = "producer_ids_rate"
 
 
 # Kafka's value types (ClientQuotaControlManager / QuotaConfigs): LONG and INT keys take whole
@@ -28,6 +31,19 @@ WHOLE_NUMBER_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BY
 CLIENT_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE,
                          QuotaKey.REQUEST_PERCENTAGE, QuotaKey.CONTROLLER_MUTATION_RATE})
 IP_KEYS = frozenset({QuotaKey.CONNECTION_CREATION_RATE})
+# Keys a user entity alone (a name or <default>, no client-id) may carry, beyond CLIENT_KEYS.
+USER_ONLY_KEYS = frozenset({QuotaKey.PRODUCER_IDS_RATE})
+# Keys Apache Kafka does not know: set and described through the proxy only.
+EXTENSION_KEYS = USER_ONLY_KEYS
+
+
+def keys_for(entity: QuotaEntity) -> frozenset[QuotaKey]:
+    """The quota keys this entity may carry."""
+    if entity.ip is not None:
+        return IP_KEYS
+    if entity.client_id is None:
+        return CLIENT_KEYS | USER_ONLY_KEYS
+    return CLIENT_KEYS
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,9 +25,16 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import mmh3
+
+from .entities import QuotaKey
+from .managers import ClientQuotaManager
+from .rate import MetricConfig
+from .resolution import QuotaStore, sanitize_user
+from .sensors import Sensors
 
 # KIP-936's proposed broker configs and defaults.
 PRODUCER_ID_QUOTA_WINDOW_NUM = 11  # producer.id.quota.window.num: samples in the new-id Rate
@@ -239,6 +246,22 @@ class ProducerIdCache:
         bloom._add_hashed(h1, h2)
         return True
 
+    def seen(self, user: str, pid: int, now_ms: float) -> bool:
+        """Whether `track` would answer "not new", without adding anything: pid < 0, or in one
+        of the user's live filters. A user the cache has no room for is not "seen"."""
+        if pid < 0:
+            return True
+        windows = self._users.get(user)
+        if not windows:
+            return False
+        h1, h2 = _hash(pid, self.seed)
+        drop_after = self._drop_after_ms
+        return any(now_ms - w.start_ms < drop_after and w.bloom._contains_hashed(h1, h2) for w in windows)
+
+    def has_room_for(self, user: str) -> bool:
+        """Whether `user` is tracked or could be (the cap on users not reached)."""
+        return user in self._users or len(self._users) < self.max_users
+
     def _open(self, user: str, now_ms: float) -> _Window:
         window = _Window(now_ms, BloomFilter(self.expected_per_window, self.fp_rate,
                                              self.max_bits_per_user, self.seed))
@@ -281,10 +304,8 @@ class ProducerIdCache:
 
     def estimated_fp_rate(self, user: str, now_ms: float) -> float:
         """The chance that a new id of `user` is taken for seen now: a hit in any live filter."""
-        miss = 1.0
-        for w in self._live(user, now_ms):
-            miss *= 1.0 - w.bloom.estimated_fp_rate()
-        return 1.0 - miss
+        # 1 - prod(1 - p), in logs: a tiny p must not round away against 1.0.
+        return -math.expm1(sum(math.log1p(-w.bloom.estimated_fp_rate()) for w in self._live(user, now_ms)))
 
     def memory_bytes(self) -> int:
         """The bytes of the filters' bit arrays held (Python's object overhead not included)."""
@@ -297,3 +318,85 @@ class ProducerIdCache:
         return (f"ProducerIdCache(window_ms={self.window_ms}, users={len(self._users)}, "
                 f"memory_bytes={self.memory_bytes()}, dropped_users={self.dropped_users}, "
                 f"overfull_adds={self.overfull_adds})")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdCharge:
+    """What one Produce request's producer ids cost: how many were new for the user, the
+    throttle (ms), and whether the request is refused (the `reject` action, over quota)."""
+
+    new_ids: int
+    throttle_ms: int
+    rejected: bool = False
+
+
+NOTHING = ProducerIdCharge(0, 0)
+
+
+class ProducerIdQuotaManager:
+    """`producer_ids_rate` for one measurement scope: KIP-936's seen-id cache and a Rate of new
+    ids per user, with the quota resolved like any user quota (the user's, else `<default>`).
+
+    Only ids new for the user count: each is recorded as 1 in the user's Rate (N samples of W,
+    the same Rate as every quota; quota/rate.py), and the throttle is Kafka's rate throttle,
+    unbounded like the byte rates': (O - Q) / Q * window, about 1/Q seconds per id over quota.
+
+    `charge(..., strict=False)` (the `throttle` action) remembers and records every new id and
+    returns the throttle. `charge(..., strict=True)` (the `reject` action) first looks whether
+    counting the request's new ids would take the user over its quota; if so nothing is
+    remembered or recorded (a retry of the same ids is judged afresh later) and the request is
+    refused, with the throttle that counting them would have cost. Users with no quota are
+    measured too once any producer_ids_rate was ever configured, as Kafka does for its quotas.
+    """
+
+    def __init__(self, resolver_store: QuotaStore, config: MetricConfig, sensors: Sensors,
+                 cache: ProducerIdCache) -> None:
+        self.config = config
+        self.rate = ClientQuotaManager(QuotaKey.PRODUCER_IDS_RATE, resolver_store, config, sensors)
+        self.cache = cache
+        self.rejections: dict[str, int] = {}  # sanitized user -> Produce requests refused
+
+    @property
+    def quotas_enabled(self) -> bool:
+        return self.rate.quotas_enabled
+
+    def charge(self, user: str, pids: Iterable[int], now_ms: float, strict: bool = False) -> ProducerIdCharge:
+        if not self.rate.quotas_enabled:
+            return NOTHING
+        cache = self.cache
+        if strict:
+            fresh = {pid for pid in pids if not cache.seen(user, pid, now_ms)}
+            if not fresh:
+                return NOTHING
+            if not cache.has_room_for(user):
+                for pid in fresh:
+                    cache.track(user, pid, now_ms)  # each turned away counts in dropped_users
+                return NOTHING
+            n = len(fresh)
+            throttle_ms = self.rate.record_and_get_throttle_ms(user, None, n, now_ms)
+            if throttle_ms > 0:
+                self.rate.unrecord(user, None, n, now_ms)
+                key = sanitize_user(user)
+                if key in self.rejections or len(self.rejections) < cache.max_users:
+                    self.rejections[key] = self.rejections.get(key, 0) + 1
+                return ProducerIdCharge(n, throttle_ms, rejected=True)
+            for pid in fresh:
+                cache.track(user, pid, now_ms)
+            return ProducerIdCharge(n, 0)
+        n = 0
+        for pid in pids:
+            if cache.track(user, pid, now_ms):
+                n += 1
+        if n == 0:
+            return NOTHING
+        return ProducerIdCharge(n, self.rate.record_and_get_throttle_ms(user, None, n, now_ms))
+
+    def measure(self, user: str, now_ms: float) -> float:
+        """The user's rate of new ids per second."""
+        return self.rate.measure(user, None, now_ms)
+
+    def expire(self, now_ms: float) -> None:
+        self.cache.expire(now_ms)
+        live = {sanitize_user(u) for u in self.cache.users()}
+        for key in [k for k in self.rejections if k not in live]:
+            del self.rejections[key]

@@ -19,6 +19,7 @@ QUOTA_TYPES: dict[QuotaKey, str] = {
     QuotaKey.CONSUMER_BYTE_RATE: "Fetch",
     QuotaKey.REQUEST_PERCENTAGE: "Request",
     QuotaKey.CONTROLLER_MUTATION_RATE: "ControllerMutation",
+    QuotaKey.PRODUCER_IDS_RATE: "ProducerIds",  # KIP-936's proposed ProducerIdQuotaManager
 }
 
 # Characters java.net.URLEncoder leaves alone; '*' is then replaced by Kafka's Sanitizer.

@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import math
 import random
-import time
-import tracemalloc
 
 import pytest
 
 from quota.producer_ids import (
-    DEFAULT_EXPECTED_PER_WINDOW,
-    DEFAULT_FP_RATE,
     DEFAULT_WINDOW_MS,
     PRODUCER_ID_QUOTA_CACHE_CLEANUP_INTERVAL_MS,
     PRODUCER_ID_QUOTA_WINDOW_NUM,
@@ -331,33 +327,3 @@ def test_estimated_fp_rate_combines_the_live_filters() -> None:
 def test_cache_rejects_bad_config(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         ProducerIdCache(**kwargs)  # type: ignore[arg-type]
-
-
-# --- costs, printed (run with -s) -----------------------------------------------------------------
-
-def test_print_track_cost_and_memory_per_user() -> None:
-    # Not asserted: a machine-dependent measurement, to see the hot path's order of magnitude.
-    # Sized for 1e6 ids so that 100,000 new ids stay under capacity (few false positives).
-    c = cache(expected=1_000_000, max_bits=1 << 25)
-    calls = 100_000
-    c.track("alice", 42, 0)
-    start = time.perf_counter()
-    for _ in range(calls):
-        c.track("alice", 42, 0)
-    known_ns = (time.perf_counter() - start) / calls * 1e9
-    start = time.perf_counter()
-    for pid in range(1000, 1000 + calls):
-        c.track("alice", pid, 0)
-    new_ns = (time.perf_counter() - start) / calls * 1e9
-
-    defaults = ProducerIdCache()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    for pid in range(1000):
-        defaults.track("alice", pid, 0)
-    traced = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    print(f"\ntrack(): known id {known_ns:.0f} ns/call, new id {new_ns:.0f} ns/call; "
-          f"defaults ({DEFAULT_EXPECTED_PER_WINDOW} ids/window at p={DEFAULT_FP_RATE}), one user with "
-          f"1,000 ids: {defaults.memory_bytes()} bytes of bits, {traced} bytes traced "
-          f"({defaults.ids_tracked('alice', 0)} ids tracked)")

@@ -284,7 +284,8 @@ def test_sensor_keys_use_kafkas_quota_type_names() -> None:
     names = {k: QuotaResolver(store, k).resolve("u", "c").sensor_key[0] for k in QuotaKey
              if k is not QuotaKey.CONNECTION_CREATION_RATE}
     assert names == {P: "Produce", F: "Fetch", QuotaKey.REQUEST_PERCENTAGE: "Request",
-                     QuotaKey.CONTROLLER_MUTATION_RATE: "ControllerMutation"}
+                     QuotaKey.CONTROLLER_MUTATION_RATE: "ControllerMutation",
+                     QuotaKey.PRODUCER_IDS_RATE: "ProducerIds"}  # KIP-936's proposed name
 
 
 def test_ip_entities_do_not_take_part() -> None:

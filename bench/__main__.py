@@ -1,0 +1,38 @@
+"""`python -m bench [name ...]`: run the benchmarks (all by default) and print what they measured."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from . import producer_ids
+
+BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
+    "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
+                     producer_ids.run),
+}
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        print(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    console = Console()
+    for name in names:
+        title, run = BENCHMARKS[name]
+        table = Table(title=title, title_justify="left")
+        table.add_column("measure")
+        table.add_column("result", justify="right")
+        for row in run():
+            table.add_row(*row)
+        console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
