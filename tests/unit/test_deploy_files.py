@@ -429,6 +429,8 @@ QUOTA_PANELS = [
     ("Fetch rate vs quota per tenant", "timeseries"),
     ("Request time vs quota per tenant", "timeseries"),
     ("Throttle time per tenant", "timeseries"),
+    ("New producer ids vs quota per user", "timeseries"),
+    ("Producer-id refusals and throttle per user", "timeseries"),
 ]
 
 
@@ -477,6 +479,7 @@ def populated_registry() -> CollectorRegistry:
     now = 1_000
     client = {key: 10.0 for key in CLIENT_KEYS}
     store = QuotaStore({QuotaEntity(client_id="demo"): client,
+                        QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_IDS_RATE: 0.001},
                         QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0}})
     engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now)
     managers = engine.scope("kafka:19092")
@@ -484,6 +487,8 @@ def populated_registry() -> CollectorRegistry:
     managers.fetch.record_and_get_throttle_ms("alice", "demo", 100.0, now)
     managers.request.record_and_get_throttle_ms("alice", "demo", 5.0, now)
     managers.mutation.record_permissive("alice", "demo", 1.0, now)
+    managers.producer_ids.charge("alice", [1], now)
+    managers.producer_ids.charge("alice", list(range(2, 100)), now, strict=True)  # a refusal
     for quota_type in throttle_quota_types():
         engine.throttles.add(quota_type, "alice", "demo", 10, now)
     engine.connection_throttles.add("connection_creation_rate", "10.0.0.1", "", 10, now)
@@ -561,7 +566,7 @@ def test_grafana_dashboard_keeps_the_proxy_panels() -> None:
 def test_grafana_dashboard_queries_metrics_the_proxy_exports() -> None:
     series = exported_series()
     exprs = all_exprs()
-    assert len(exprs) == 13
+    assert len(exprs) == 17
     for expr in exprs:
         used = selectors(expr)
         assert used, f"expression queries no proxy metric: {expr}"
