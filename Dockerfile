@@ -23,6 +23,7 @@ COPY quota/ quota/
 COPY proxy/ proxy/
 COPY config/ config/
 COPY identity/ identity/
+COPY analytics/ analytics/
 RUN pip wheel --wheel-dir /wheels .
 
 # ---- runtime: install the wheels only, run as an unprivileged user --------------------------------

@@ -33,6 +33,7 @@ from .quota_settings import (
     parse_quota_section,
     validate_quota_entries,
 )
+from .usage_settings import UsageLogSettings, parse_usage_log
 
 DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -74,6 +75,7 @@ class Settings:
     principals_by_cidr: tuple[tuple[Any, str], ...] = ()
     proxy_protocol: bool = False
     proxy_protocol_timeout_seconds: float = 10.0  # a connection must send its header by then
+    usage_log: UsageLogSettings | None = None  # the per-tenant usage log; off when None
 
     @property
     def effective_advertised_host(self) -> str:
@@ -197,6 +199,7 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "principals_by_cidr": ("principals_by_cidr", lambda k, v: parse_cidr_principals(v)),
     "proxy_protocol": ("proxy_protocol", _bool),
     "proxy_protocol_timeout_seconds": ("proxy_protocol_timeout_seconds", _positive_float),
+    "usage_log": ("usage_log", lambda k, v: parse_usage_log(v)),
 }
 
 

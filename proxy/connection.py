@@ -317,11 +317,17 @@ class ClientConnection(asyncio.Protocol):
         if header.api_key == PRODUCE:
             ctx.acks = produce_acks(frame, header.body_offset, header.api_version)
             ctx.expects_response = ctx.acks != 0
+        reply = None
         for stage in self.proxy.pipeline.request_stages(header.api_key):
             reply = stage.on_request(ctx)
             if reply is not None:
-                self._answer_locally(ctx, reply)
-                return
+                break
+        usage = self.proxy.usage
+        if usage is not None:
+            usage.request(ctx)
+        if reply is not None:
+            self._answer_locally(ctx, reply)
+            return
         if ctx.expects_response:
             pending = _Pending(ctx)
             self._inflight.append(pending)
@@ -515,6 +521,9 @@ class ClientConnection(asyncio.Protocol):
                 if not self._closed:
                     transport.write(response)
             self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(size)  # type: ignore[attr-defined]
+            usage = self.proxy.usage
+            if usage is not None:
+                usage.response(pending.ctx, size)
             if pending.throttle_due:
                 self._throttles_due -= 1
             if pending.ctx.throttle_ms:

@@ -24,6 +24,7 @@ class ConnectionInfo:
     upstream: str = ""  # the broker address this connection forwards to, once connected
     sasl: Any = None  # proxy.sasl_stages.SaslState, once the client starts SASL
     ip: str = ""  # the client's address (from a PROXY header when there is one)
+    metered: bool = False  # counted in the usage log's `connections` (at its first request)
 
     def set_address(self, ip: str, port: int) -> None:
         self.ip = ip
@@ -51,6 +52,8 @@ class RequestContext:
     quota: Any = None  # the quota managers charged for this request, if any
     throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
     fetch_max_wait_ms: int = 0
+    permits: int | None = None  # controller mutations: partitions created or deleted (KIP-599)
+    new_producer_ids: int = 0  # Produce: producer ids new for the user (while producer_ids_rate is set)
     raw: bool = False  # a bare legacy SASL token (after SaslHandshake v0), not a Kafka request
 
     @property

@@ -14,6 +14,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from config.quota_settings import QuotaSettings
 from quota.entities import CLIENT_KEYS, USER_ONLY_KEYS, QuotaKey
@@ -98,6 +99,8 @@ class QuotaEngine:
         self.throttles = ThrottleStats(settings.max_tracked_entities)
         self._measuring: tuple[int, bool] = (-1, False)  # (store version, answer)
         self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
+        # The usage log's meter (proxy.usage_log.UsageMeter), told of every throttle; None when off.
+        self.usage: Any = None
 
     def _new_sensors(self) -> LocalSensors:
         sensors = LocalSensors(self.config, max_entities=self.settings.max_tracked_entities,

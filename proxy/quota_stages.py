@@ -127,6 +127,7 @@ class QuotaCharge(RequestStage):
             return None
         strict = engine.enforcing and engine.settings.producer_ids.action == "reject"
         charge = manager.charge(user, pids, now, strict)
+        ctx.new_producer_ids = 0 if charge.rejected else charge.new_ids
         throttle(engine, ctx, "producer_ids", charge.throttle_ms, now, per_user=True)
         if not charge.rejected:
             return None
@@ -153,7 +154,7 @@ class QuotaCharge(RequestStage):
         engine, q = self.engine, ctx.quota
         user, client_id = _client(ctx)
         request = ctx.decode_request()
-        permits = self._permits(ctx.api_key, request)
+        permits = ctx.permits = mutation_permits(ctx.api_key, request, self.topic_partitions)
         now = engine.clock()
         if ctx.api_version >= STRICT_FROM[ctx.api_key] and engine.enforcing:
             accepted, throttle_ms = q.mutation.record_strict(user, client_id, permits, now)
@@ -165,25 +166,27 @@ class QuotaCharge(RequestStage):
                  q.mutation.record_permissive(user, client_id, permits, now), now)
         return None
 
-    def _permits(self, api_key: int, request: Any) -> int:
-        """Partitions created or deleted, as KIP-599 counts them."""
-        if api_key == CREATE_TOPICS:
-            total = 0
-            for topic in request.topics:
-                if topic.assignments:
-                    total += len(topic.assignments)
-                else:
-                    total += topic.num_partitions if topic.num_partitions > 0 else DEFAULT_NUM_PARTITIONS
-            return total
-        if api_key == CREATE_PARTITIONS:
-            total = 0
-            for topic in request.topics:
-                current = self.topic_partitions(topic.name)
-                total += max(topic.count - current, 0) if current is not None else topic.count
-            return total
-        names = (request.topic_names or []) if request.API_VERSION < 6 else [t.name for t in request.topics]
-        # A topic named only by id (v6+) counts too: its partition count is not known here.
-        return sum((self.topic_partitions(name) if name else None) or 1 for name in names)
+
+def mutation_permits(api_key: int, request: Any, topic_partitions: TopicPartitions) -> int:
+    """Partitions created or deleted by a decoded CreateTopics, CreatePartitions or DeleteTopics
+    request, as KIP-599 counts them."""
+    if api_key == CREATE_TOPICS:
+        total = 0
+        for topic in request.topics:
+            if topic.assignments:
+                total += len(topic.assignments)
+            else:
+                total += topic.num_partitions if topic.num_partitions > 0 else DEFAULT_NUM_PARTITIONS
+        return total
+    if api_key == CREATE_PARTITIONS:
+        total = 0
+        for topic in request.topics:
+            current = topic_partitions(topic.name)
+            total += max(topic.count - current, 0) if current is not None else topic.count
+        return total
+    names = (request.topic_names or []) if request.API_VERSION < 6 else [t.name for t in request.topics]
+    # A topic named only by id (v6+) counts too: its partition count is not known here.
+    return sum((topic_partitions(name) if name else None) or 1 for name in names)
 
 
 def _refusal(api_key: int, version: int, request: Any, throttle_ms: int) -> bytes:
@@ -220,6 +223,8 @@ def throttle(engine: QuotaEngine, ctx: RequestContext, quota_type: str, throttle
         return
     user, client_id = _client(ctx)
     engine.throttles.add(quota_type, sanitize_user(user), "" if per_user else client_id, throttle_ms, now_ms)
+    if engine.usage is not None:
+        engine.usage.throttled(user, client_id, quota_type, throttle_ms)
     if engine.enforcing:
         ctx.throttle_ms = max(ctx.throttle_ms, throttle_ms)
 

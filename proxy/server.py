@@ -31,11 +31,12 @@ from .quota_admin_stage import SERVED, ClientQuotasApi
 from .quota_control import QuotaControl
 from .quota_engine import QuotaEngine
 from .quota_metrics import QuotaCollector
-from .quota_stages import QuotaCharge, QuotaSettle, ThrottleMerge
+from .quota_stages import QuotaCharge, QuotaSettle, ThrottleMerge, mutation_permits
 from .reload import watch_config
 from .sasl_stages import Principals, SaslInspect, SaslTerminate
 from .stages import Pipeline, RequestStage, ResponseStage
 from .tls import server_context, upstream_context, watch_certificates
+from .usage_log import UsageCollector, UsageMeter, UsageWriter, default_instance
 
 log = logging.getLogger("kafka_quota_proxy")
 # APIs the proxy answers itself in terminate mode: SaslHandshake v0-1, SaslAuthenticate v0-2.
@@ -74,6 +75,14 @@ class Proxy:
         response += [AddressRewrite(self.cluster.advertise, self.cluster.observe_metadata),
                      QuotaSettle(self.engine), ThrottleMerge()]
         self.pipeline = Pipeline(request=request, response=response)
+        self.usage: UsageMeter | None = None
+        if settings.usage_log is not None:
+            u = settings.usage_log
+            writer = UsageWriter(u, u.instance or default_instance(settings.listen.port))
+            self.usage = UsageMeter(u, self.quotas, writer, permits=lambda ctx: mutation_permits(
+                ctx.api_key, ctx.decode_request(), self.cluster.topic_partitions))
+            self.engine.usage = self.usage
+            self.metrics.registry.register(UsageCollector(self.usage))
         self.connections: set[ClientConnection] = set()
         self._per_ip: dict[str, int] = {}
         self.ssl_mapper = SslPrincipalMapper.from_rules(settings.ssl_principal_mapping_rules)
@@ -105,6 +114,11 @@ class Proxy:
         self._spawn(self.cluster.refresh_forever())
         self._spawn(self._expire_forever())
         self._spawn(self._expire_producer_ids_forever())
+        if self.usage is not None:
+            self.usage.writer.start()
+            self._spawn(self._rotate_usage_forever())
+            log.info("usage log: every %ds to %s as instance %s", self.usage.settings.interval_seconds,
+                     self.usage.writer.dir, self.usage.writer.instance)
         if s.sasl.mode == "terminate" and s.sasl.credentials_file is not None:
             self._spawn(self._watch_credentials(s.sasl.credentials_file))
         if s.tls is not None and self.server_ssl is not None:
@@ -143,6 +157,13 @@ class Proxy:
             busy = self.engine.tracks_producer_ids()
             await asyncio.sleep(self.engine.settings.producer_ids.cleanup_interval_ms / 1000 if busy else 1.0)
             self.engine.expire_producer_ids()
+
+    async def _rotate_usage_forever(self) -> None:
+        usage = self.usage
+        assert usage is not None
+        while True:
+            await asyncio.sleep(usage.seconds_to_boundary() + 0.001)
+            usage.rotate()
 
     def _spawn(self, coro: Any) -> None:
         task = self.loop.create_task(coro)
@@ -256,6 +277,10 @@ class Proxy:
                         conn.transport.abort()
         for server in self._servers:
             await server.wait_closed()
+        if self.usage is not None:
+            # The last, partial interval too; the writer drains its queue off the loop.
+            self.usage.rotate()
+            await self.loop.run_in_executor(None, self.usage.writer.close)
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

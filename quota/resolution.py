@@ -118,6 +118,14 @@ class QuotaStore:
         self._quotas = quotas
         self.version += 1
 
+    def snapshot(self) -> QuotaStore:
+        """An independent copy, sticky flags included: resolves exactly as this store does now."""
+        copy = QuotaStore()
+        copy._quotas = {entity: dict(values) for entity, values in self._quotas.items()}
+        copy._enabled = dict(self._enabled)
+        copy.version = self.version
+        return copy
+
     def quota_types_enabled(self, key: QuotaKey) -> QuotaTypes:
         """The sticky flags for `key`: set when a quota of that entity kind is first configured and
         never cleared (Kafka keeps them until the broker restarts; here, for this store's life)."""
