@@ -8,6 +8,7 @@ consumer long-polling costs nearly nothing, and a client that busy-polls pays fo
 from __future__ import annotations
 
 import socket
+import statistics
 import struct
 import time
 from collections.abc import Iterator
@@ -58,11 +59,13 @@ def test_idle_long_polling_consumer_is_not_throttled(request_proxy: ProxyProcess
                                 user="ANONYMOUS", client_id="idle-consumer") == 0
 
 
-def _metadata_loop(port: int, client_id: str, seconds: float) -> tuple[int, int]:
+def _metadata_loop(port: int, client_id: str, seconds: float) -> tuple[int, list[int]]:
     """A client that asks for Metadata as fast as it is answered (it ignores throttle_time_ms,
-    like an old client, so only the proxy's mute holds it back). Returns (requests, throttled)."""
+    like an old client, so only the proxy's mute holds it back). Returns (requests, the
+    throttles of the throttled responses)."""
     req = MetadataRequest(topics=[], allow_auto_topic_creation=False)
-    sent = throttled = 0
+    sent = 0
+    throttles = []
     with socket.create_connection(("127.0.0.1", port)) as s:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
@@ -70,24 +73,31 @@ def _metadata_loop(port: int, client_id: str, seconds: float) -> tuple[int, int]
             s.sendall(req.encode(version=9, header=True, framed=True))
             size = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))[0]
             body = s.recv(size, socket.MSG_WAITALL)
-            if MetadataResponse.decode(body[5:], version=9).throttle_time_ms > 0:
-                throttled += 1
+            throttle = MetadataResponse.decode(body[5:], version=9).throttle_time_ms
+            if throttle > 0:
+                throttles.append(throttle)
             sent += 1
-    return sent, throttled
+    return sent, throttles
 
 
 def test_busy_polling_client_is_held_to_about_one_percent(request_proxy: ProxyProcess) -> None:
     free, _ = _metadata_loop(request_proxy.port, "unlimited-poller", 5.0)
-    busy, throttled = _metadata_loop(request_proxy.port, "busy-poller", 20.0)
+    busy, throttles = _metadata_loop(request_proxy.port, "busy-poller", 20.0)
     free_rate, busy_rate = free / 5.0, busy / 20.0
     percent = request_proxy.metric("kafka_quota_proxy_request_time_percent",
                                    scope=f"127.0.0.1:{request_proxy.upstream.rsplit(':', 1)[1]}",
                                    user="", client_id="busy-poller")
     print(f"unlimited {free_rate:.0f} req/s; at request_percentage=1: {busy_rate:.1f} req/s, "
-          f"{throttled} throttled responses, measured request time {percent:.2f}%")
-    assert throttled > 0
+          f"{len(throttles)} throttled responses (median {statistics.median(throttles or [0])} ms), "
+          f"measured request time {percent:.2f}%")
+    assert throttles
     assert busy_rate < free_rate / 10
-    assert 0.5 <= percent <= 1.5  # about 1% of one thread
+    assert 0.5 <= percent  # about 1% of one thread ...
+    if percent > 1.5:
+        # ... unless requests take more than 10 ms each, as on a loaded machine (2.1% seen, at
+        # 21 ms a request): a request throttle is at most one window (1 s), as in Kafka, so
+        # one request a second is the most the quota can hold it to. It must be doing that.
+        assert statistics.median(throttles) == 1000
 
 
 def test_strict_mutations_are_refused_with_error_89(request_proxy: ProxyProcess, topic_name: str) -> None:
