@@ -27,7 +27,9 @@ class AddressRewrite(ResponseStage):
         self.observe = observe
 
     def wants(self, ctx: RequestContext) -> bool:
-        return carries_addresses(ctx.api_key, ctx.api_version)
+        # The broker's version decides the layout: a Fetch asked for as v15 (FetchWireVersion)
+        # carries no node_endpoints, whatever the client asked for.
+        return carries_addresses(ctx.api_key, ctx.broker_version)
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
-        return rewrite_addresses(ctx.api_key, ctx.api_version, body, self.mapper, self.observe)
+        return rewrite_addresses(ctx.api_key, ctx.broker_version, body, self.mapper, self.observe)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from config import HostPort
 from identity.ssl_rules import NoMatchingRule
 from protocol.errors import ProtocolError
-from protocol.framing import FrameDecoder
+from protocol.framing import FrameDecoder, FrameHead, FramePiece, StreamingFrameDecoder
 from protocol.headers import (
     RequestHeader,
     frame_response,
@@ -39,7 +39,7 @@ from protocol.proxy_protocol import V2_HEADER_LENGTH, V2_SIGNATURE, ProxyHeader,
 
 from .context import ConnectionInfo, RequestContext
 from .sasl_stages import SASL_AUTHENTICATE, SaslInspect, SaslTerminate
-from .stages import Reply
+from .stages import Replacement, Reply
 from .upstream_auth import open_upstream
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ log = logging.getLogger("kafka_quota_proxy.connection")
 # A broker response is not bounded by socket.request.max.bytes (fetch.max.bytes can exceed it),
 # only by the protocol's int32 size.
 MAX_RESPONSE_BYTES = 2**31 - 1
+FETCH = 1
+# Responses this large are handed over as they arrive (a Fetch is then written on cut-through).
+STREAM_FROM = 64 * 1024
 
 
 class ProxyHeaderTimeout(ProtocolError):
@@ -90,16 +93,26 @@ class ReadGate:
 Response = bytes | memoryview | list[bytes | memoryview]
 
 
+# How a large response that arrives in pieces is handled (ClientConnection.on_response_head).
+_STREAM = "stream"  # written on to the client piece by piece
+_ASSEMBLE = "assemble"  # gathered whole, then handled as any response
+_DISCARD = "discard"  # replaced by the proxy's own answer; the pieces are dropped
+
+
 class _Pending:
     """A request waiting for its response; `response` is set when the response is ready.
-    `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered."""
+    `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered.
+    `stream`, `parts`, `size`: a large response arriving in pieces (see on_response_head)."""
 
-    __slots__ = ("ctx", "response", "throttle_due")
+    __slots__ = ("ctx", "response", "throttle_due", "stream", "parts", "size")
 
     def __init__(self, ctx: RequestContext, response: Response | None = None) -> None:
         self.ctx = ctx
         self.response = response
         self.throttle_due = False
+        self.stream: str | None = None
+        self.parts: list[memoryview] | None = None
+        self.size = 0
 
 
 def _holds(reasons: set[str]) -> bool:
@@ -129,6 +142,7 @@ class ClientConnection(asyncio.Protocol):
         # in the same read. Handled, in order, once it ends.
         self._held: deque[memoryview] = deque()
         self._throttles_due = 0  # forwarded requests over quota whose responses are still out
+        self._streaming: _Pending | None = None  # the request whose large response is arriving
         self._muted_until = 0.0  # loop time until which a quota throttle holds reading
         self._unmute: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
@@ -342,10 +356,10 @@ class ClientConnection(asyncio.Protocol):
         elif ctx.throttle_ms:
             self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
         ctx.sent_at = perf_counter()
-        if ctx.forward is not None:
-            out.extend(ctx.forward.parts)
-        else:
+        if ctx.patches is None:
             out.append(frame)
+        else:
+            out.extend(ctx.forward_parts())
 
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
         if reply.later is not None:
@@ -452,13 +466,20 @@ class ClientConnection(asyncio.Protocol):
 
     def on_response(self, frame: memoryview) -> None:
         """Called by the upstream connection for each complete response frame."""
+        self._respond(self._answered(), frame)
+
+    def _answered(self) -> _Pending:
+        """The request the broker's next response answers (responses come in request order)."""
         if not self._awaiting:
             raise ProtocolError("unsolicited response")
         pending = self._awaiting.popleft()
-        ctx = pending.ctx
-        ctx.answered_at = perf_counter()
+        pending.ctx.answered_at = perf_counter()
         if len(self._awaiting) < self.proxy.settings.max_inflight_requests and self.gate is not None:
             self.gate.resume("inflight")
+        return pending
+
+    def _respond(self, pending: _Pending, frame: memoryview) -> None:
+        ctx = pending.ctx
         if ctx.raw:  # the broker's bare answer to a legacy SASL token
             stage = self.proxy.sasl_stage
             assert isinstance(stage, SaslInspect)
@@ -474,6 +495,84 @@ class ClientConnection(asyncio.Protocol):
         m.latency.observe(ctx.answered_at - ctx.sent_at)  # type: ignore[attr-defined]
         pending.response = self._run_response_stages(ctx, frame)
         self._flush()
+
+    # -- large responses, as they arrive -------------------------------------------------------------
+
+    def on_response_head(self, head: FrameHead) -> None:
+        """The start of a large response (StreamingFrameDecoder). A Fetch whose response stages
+        can all work from the head is written on as it arrives; any other is gathered whole and
+        then handled like a small one."""
+        pending = self._answered()
+        self._streaming = pending
+        ctx = pending.ctx
+        if (ctx.api_key != FETCH or ctx.raw or not self._inflight or self._inflight[0] is not pending
+                or self._closed):
+            pending.stream = _ASSEMBLE  # a response before it is still to be written, say
+            pending.parts = [memoryview(head.data)]
+            return
+        correlation_id = response_correlation_id(head.data)
+        if correlation_id != ctx.header.correlation_id:
+            raise ProtocolError(f"response correlation id {correlation_id}, expected "
+                                f"{ctx.header.correlation_id}")
+        stages = self.proxy.pipeline.response_stages(ctx.api_key)
+        if not all(stage.streams or not stage.wants(ctx) for stage in stages):
+            pending.stream = _ASSEMBLE
+            pending.parts = [memoryview(head.data)]
+            return
+        m = self.proxy.metrics.api(ctx.api_key)
+        m.latency.observe(ctx.answered_at - ctx.sent_at)  # type: ignore[attr-defined]
+        spec = ctx.header.spec
+        assert spec is not None
+        body_at = response_body_offset(head.data, spec.response_header_version(ctx.api_version))
+        body: memoryview | bytes = memoryview(head.data)[body_at:]
+        body_size = head.size - body_at
+        for stage in stages:
+            if not stage.wants(ctx):  # asked stage by stage, as in _run_response_stages
+                continue
+            result = stage.on_head(ctx, memoryview(body), body_size)
+            if isinstance(result, Replacement):
+                # Answered with another body (a Fetch over quota): the rest of this one is dropped.
+                pending.stream = _DISCARD
+                prefix = INT32.pack(body_at - 4 + len(result.body)) + head.data[4:body_at]
+                pending.response = prefix + result.body
+                self._flush()
+                return
+            if result is not None:
+                assert len(result) == len(body), "a streamed head must keep its length"
+                body = result
+        pending.stream = _STREAM
+        pending.size = head.size
+        if not isinstance(body, memoryview):  # changed: the header, then the new start of the body
+            self._write(head.data[:body_at] + body)
+        else:
+            self._write(head.data)
+
+    def on_response_piece(self, piece: FramePiece) -> None:
+        pending = self._streaming
+        assert pending is not None
+        mode = pending.stream
+        if mode is _STREAM:
+            self._write(piece.data)
+        elif mode is _ASSEMBLE:
+            assert pending.parts is not None
+            pending.parts.append(piece.data)  # a view of an immutable chunk: joined once, at the end
+        if not piece.last:
+            return
+        self._streaming = None
+        if mode is _ASSEMBLE:
+            assert pending.parts is not None
+            frame = memoryview(b"".join(pending.parts))
+            pending.parts = None
+            self._respond(pending, frame)
+        elif mode is _STREAM:
+            popped = self._inflight.popleft()
+            assert popped is pending
+            self._written(pending, pending.size)
+            self._flush()
+
+    def _write(self, data: bytes | memoryview) -> None:
+        if not self._closed and self.transport is not None:
+            self.transport.write(data)
 
     def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> Response:
         body_at = -1
@@ -520,16 +619,20 @@ class ClientConnection(asyncio.Protocol):
                 size = len(response)
                 if not self._closed:
                     transport.write(response)
-            self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(size)  # type: ignore[attr-defined]
-            usage = self.proxy.usage
-            if usage is not None:
-                usage.response(pending.ctx, size)
-            if pending.throttle_due:
-                self._throttles_due -= 1
-            if pending.ctx.throttle_ms:
-                self.mute(pending.ctx.throttle_ms)
+            self._written(pending, size)
         if self._draining and not inflight:
             self.close()
+
+    def _written(self, pending: _Pending, size: int) -> None:
+        """A response has gone out whole: count it, and start its throttle."""
+        self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(size)  # type: ignore[attr-defined]
+        usage = self.proxy.usage
+        if usage is not None:
+            usage.response(pending.ctx, size)
+        if pending.throttle_due:
+            self._throttles_due -= 1
+        if pending.ctx.throttle_ms:
+            self.mute(pending.ctx.throttle_ms)
 
     def mute(self, throttle_ms: int) -> None:
         """Stop reading this client's requests for the throttle time (KIP-219), for old and new
@@ -671,7 +774,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def __init__(self, client: ClientConnection) -> None:
         self.client = client
-        self.decoder = FrameDecoder(MAX_RESPONSE_BYTES)
+        self.decoder = StreamingFrameDecoder(MAX_RESPONSE_BYTES, STREAM_FROM)
         self.transport: asyncio.Transport | None = None
         self.gate: ReadGate | None = None
         self.streams: Any = None  # the authenticated stream pair this transport came from
@@ -681,9 +784,16 @@ class UpstreamConnection(asyncio.Protocol):
         self.gate = ReadGate(self.transport)
 
     def data_received(self, data: bytes) -> None:
+        client = self.client
         try:
-            for frame in self.decoder.feed(data):
-                self.client.on_response(frame)
+            for event in self.decoder.feed(data):
+                kind = type(event)
+                if kind is memoryview:
+                    client.on_response(event)  # type: ignore[arg-type]
+                elif kind is FramePiece:
+                    client.on_response_piece(event)  # type: ignore[arg-type]
+                else:
+                    client.on_response_head(event)  # type: ignore[arg-type]
         except ProtocolError as exc:
             self.client.proxy.metrics.protocol_errors.labels("broker_" + exc.kind).inc()
             log.error("bad response from broker %s for client %s: %s",

@@ -9,7 +9,6 @@ from config import HostPort
 from protocol.errors import MalformedMessage
 from protocol.headers import RequestHeader
 from protocol.messages import decode_response
-from protocol.pieces import Pieces
 
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal for an unauthenticated connection
 
@@ -48,7 +47,9 @@ class RequestContext:
     # too coarse for a proxy hop.
     sent_at: float = 0.0
     answered_at: float = 0.0  # perf_counter() when the broker's response arrived
-    forward: Pieces | None = None  # a rewritten request to send instead of `frame`
+    # Same-length replacements of the frame's bytes, (offset, bytes), applied when forwarding.
+    patches: list[tuple[int, bytes]] | None = None
+    wire_version: int = -1  # the version forwarded to the broker, when a stage changed it
     quota: Any = None  # the quota managers charged for this request, if any
     throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
     fetch_max_wait_ms: int = 0
@@ -59,6 +60,30 @@ class RequestContext:
     @property
     def api_key(self) -> int:
         return self.header.api_key
+
+    @property
+    def broker_version(self) -> int:
+        """The version the broker answers in: the client's, unless a stage lowered it."""
+        return self.api_version if self.wire_version < 0 else self.wire_version
+
+    def patch(self, at: int, data: bytes) -> None:
+        """Forward `data` in place of the frame's bytes at `at` (the same number of bytes)."""
+        if self.patches is None:
+            self.patches = []
+        self.patches.append((at, data))
+
+    def forward_parts(self) -> list[bytes | memoryview]:
+        """The frame as forwarded: views of it around the patches (no copy of the rest)."""
+        frame, patches = self.frame, self.patches
+        if not patches:
+            return [frame]
+        parts: list[bytes | memoryview] = []
+        pos = 0
+        for at, data in sorted(patches, key=lambda p: p[0]):
+            parts += [frame[pos:at], data]
+            pos = at + len(data)
+        parts.append(frame[pos:])
+        return parts
 
     def decode_request(self) -> Any:
         """The request, fully decoded; a body that does not decode is the client's protocol error."""

@@ -48,7 +48,7 @@ from quota.resolution import sanitize_user
 
 from .context import RequestContext
 from .quota_engine import QuotaEngine
-from .stages import Reply, RequestStage, ResponseStage
+from .stages import Replacement, Reply, RequestStage, ResponseStage
 
 PRODUCE, FETCH = 0, 1
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
@@ -96,9 +96,7 @@ class QuotaCharge(RequestStage):
             if engine.enforcing and info.max_bytes_at is not None and info.max_bytes is not None:
                 cap = self._fetch_cap(q, user, client_id)
                 if cap < info.max_bytes:
-                    at = info.max_bytes_at
-                    ctx.forward = Pieces((ctx.frame[:at], INT32.pack(max(int(cap), 1)),
-                                          ctx.frame[at + 4:]))
+                    ctx.patch(info.max_bytes_at, INT32.pack(max(int(cap), 1)))
         ctx.quota = q
         if key == PRODUCE:
             now = engine.clock()
@@ -258,7 +256,10 @@ def request_time_ms(ctx: RequestContext, now: float) -> float:
 
 
 class QuotaSettle(ResponseStage):
-    """Charges what the response tells: Produce and Fetch bytes, request time."""
+    """Charges what the response tells: Produce and Fetch bytes, request time. A streamed Fetch
+    is charged from its head: its size is known from the frame's size prefix."""
+
+    streams = True
 
     def __init__(self, engine: QuotaEngine) -> None:
         self.engine = engine
@@ -267,6 +268,16 @@ class QuotaSettle(ResponseStage):
         return ctx.quota is not None
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        return self._settle(ctx, body, len(body))
+
+    def on_head(self, ctx: RequestContext, head: memoryview, body_size: int) -> bytes | Replacement | None:
+        body = self._settle(ctx, head, body_size)
+        if body is None:
+            return None
+        return Replacement(body.join() if isinstance(body, Pieces) else bytes(body))
+
+    def _settle(self, ctx: RequestContext, body: memoryview, body_size: int) -> bytes | Pieces | None:
+        """`body` is the response body, or at least its start (a streamed Fetch)."""
         engine, q = self.engine, ctx.quota
         user, client_id = _client(ctx)
         now = engine.clock()
@@ -276,7 +287,7 @@ class QuotaSettle(ResponseStage):
             request_throttle = q.request.record_and_get_throttle_ms(
                 user, client_id, request_time_ms(ctx, perf_counter()), now)
         if key == FETCH:
-            size = len(body) + 4  # FetchResponse.sizeOf: the body and its 4-byte size
+            size = body_size + 4  # FetchResponse.sizeOf: the body and its 4-byte size
             fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now)
             if fetch_throttle > 0 or request_throttle > 0:
                 throttle(engine, ctx, "fetch", fetch_throttle, now)
@@ -297,8 +308,14 @@ class QuotaSettle(ResponseStage):
 class ThrottleMerge(ResponseStage):
     """throttle_time_ms = max(broker's, proxy's), on every response that carries it."""
 
+    streams = True
+
     def wants(self, ctx: RequestContext) -> bool:
         return ctx.throttle_ms > 0
+
+    def on_head(self, ctx: RequestContext, head: memoryview, body_size: int) -> bytes | Replacement | None:
+        new = self.on_response(ctx, head)  # throttle_time_ms leads the body
+        return None if new is None else bytes(new.join() if isinstance(new, Pieces) else new)
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
         at = throttle_offset(ctx.api_key, ctx.api_version, body)

@@ -37,6 +37,7 @@ from .sasl_stages import Principals, SaslInspect, SaslTerminate
 from .stages import Pipeline, RequestStage, ResponseStage
 from .tls import server_context, upstream_context, watch_certificates
 from .usage_log import UsageCollector, UsageMeter, UsageWriter, default_instance
+from .wire_version import FetchWireVersion
 
 log = logging.getLogger("kafka_quota_proxy")
 # APIs the proxy answers itself in terminate mode: SaslHandshake v0-1, SaslAuthenticate v0-2.
@@ -70,7 +71,7 @@ class Proxy:
         elif isinstance(self.sasl_stage, SaslInspect):
             request.append(self.sasl_stage)
             response.append(self.sasl_stage)
-        request += [ClientQuotasApi(self.quota_control, self.engine),
+        request += [ClientQuotasApi(self.quota_control, self.engine), FetchWireVersion(),
                     QuotaCharge(self.engine, self.cluster.topic_partitions)]
         response += [AddressRewrite(self.cluster.advertise, self.cluster.observe_metadata),
                      QuotaSettle(self.engine), ThrottleMerge()]

@@ -40,10 +40,20 @@ class RequestStage:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """From `ResponseStage.on_head`: send this body instead of the response being streamed."""
+
+    body: bytes
+
+
 class ResponseStage:
     """Looks at (and may replace) a response body before it reaches the client."""
 
     api_keys: frozenset[int] | None = None
+    # Whether `on_head` can stand in for `on_response`: a large Fetch response is then written
+    # on as it arrives (cut-through) when every stage that wants it streams.
+    streams: bool = False
 
     def wants(self, ctx: RequestContext) -> bool:
         """Finer filter than api_keys, checked per response (some versions, some clients)."""
@@ -53,6 +63,11 @@ class ResponseStage:
         """Return a new body (whole, or spliced onto a prefix of the old one), or None to leave
         the response as it is."""
         return None
+
+    def on_head(self, ctx: RequestContext, head: memoryview, body_size: int) -> bytes | Replacement | None:
+        """A streamed response: `head` is the start of its body, `body_size` the whole body's
+        size. Return a changed head (the same number of bytes), a Replacement, or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
 
 
 def _for_key(stages: Iterable[RequestStage | ResponseStage], api_key: int) -> tuple:

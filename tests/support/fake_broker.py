@@ -7,6 +7,7 @@ the proxy's own cluster refresh works), and hands every other request to a handl
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -21,9 +22,19 @@ NODE_ID = 1
 API_KEYS = [(0, 0, 11), (1, 0, 17), (3, 0, 12), (10, 0, 6), (16, 0, 5), (18, 0, 4), (60, 0, 1),
             (71, 0, 0)]
 
-# A handler gets the parsed header and the whole frame, and returns a response body, or None
-# for no response. It may be async (to delay a response).
-Handler = Callable[["BrokerConn", RequestHeader, bytes], Awaitable[bytes | None]]
+@dataclass(frozen=True)
+class Chunked:
+    """A response body to write in parts: the frame is cut at `cuts` (offsets into the whole
+    frame, size prefix included), with `pause` seconds between the parts."""
+
+    body: bytes
+    cuts: tuple[int, ...]
+    pause: float = 0.0
+
+
+# A handler gets the parsed header and the whole frame, and returns a response body (or a
+# Chunked one), or None for no response. It may be async (to delay a response).
+Handler = Callable[["BrokerConn", RequestHeader, bytes], Awaitable[bytes | Chunked | None]]
 
 
 def list_groups_v0_body() -> bytes:
@@ -51,6 +62,7 @@ class FakeBroker:
         self.handler = handler
         self.port = 0
         self.conns: list[BrokerConn] = []
+        self.metadata_topics: list[str] = []  # topics named in every Metadata response
         self._server: asyncio.Server | None = None
 
     async def start(self, port: int = 0) -> FakeBroker:
@@ -89,6 +101,15 @@ class FakeBroker:
                     if body is not None:
                         assert header.spec is not None
                         hv = header.spec.response_header_version(header.api_version)
+                        if isinstance(body, Chunked):
+                            whole = frame_response(header.correlation_id, hv, body.body)
+                            starts = (0, *body.cuts)
+                            for n, (a, b) in enumerate(zip(starts, (*body.cuts, len(whole)), strict=True)):
+                                if n and body.pause:
+                                    await asyncio.sleep(body.pause)
+                                writer.write(whole[a:b])
+                                await writer.drain()
+                            continue
                         writer.write(frame_response(header.correlation_id, hv, body))
                         await writer.drain()
         except (ConnectionError, asyncio.CancelledError):
@@ -96,7 +117,7 @@ class FakeBroker:
         finally:
             writer.close()
 
-    async def _answer(self, conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+    async def _answer(self, conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | Chunked | None:
         if header.api_key == 18:
             v = header.api_version
             resp = ApiVersionsResponse(version=v, error_code=0, throttle_time_ms=0, api_keys=[
@@ -108,6 +129,10 @@ class FakeBroker:
             resp = MetadataResponse(version=v, throttle_time_ms=0, brokers=[
                 MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host="127.0.0.1",
                                                         port=self.port, rack=None)],
-                cluster_id="fake", controller_id=NODE_ID, topics=[])
+                cluster_id="fake", controller_id=NODE_ID, topics=[
+                    MetadataResponse.MetadataResponseTopic(
+                        error_code=0, name=name, topic_id=uuid.UUID(int=0), is_internal=False,
+                        partitions=[])
+                    for name in self.metadata_topics])
             return bytes(resp.encode(version=v))
         return await self.handler(conn, header, frame)

@@ -1,13 +1,22 @@
-"""FrameDecoder: bytes in, whole frames (size prefix included) out."""
+"""FrameDecoder: bytes in, whole frames (size prefix included) out; StreamingFrameDecoder: large
+frames as a head and pieces."""
 
 from __future__ import annotations
 
+import random
 import struct
+from typing import Any
 
 import pytest
 
 from protocol.errors import FrameTooLarge, NegativeFrameLength, ProtocolError
-from protocol.framing import DEFAULT_MAX_FRAME_BYTES, FrameDecoder
+from protocol.framing import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameDecoder,
+    FrameHead,
+    FramePiece,
+    StreamingFrameDecoder,
+)
 
 
 def frame(payload: bytes) -> bytes:
@@ -294,3 +303,69 @@ def test_zero_limit_allows_only_empty_frames() -> None:
     assert [bytes(f) for f in d.feed(frame(b""))] == [frame(b"")]
     with pytest.raises(FrameTooLarge):
         d.feed(frame(b"x"))
+
+
+# --- StreamingFrameDecoder ---------------------------------------------------------------------------
+
+def _reassemble(events: list[Any]) -> list[tuple[str, bytes]]:
+    """('whole', frame) for frames handed over whole, ('streamed', frame) for head + pieces."""
+    out: list[tuple[str, bytes]] = []
+    current: list[bytes] | None = None
+    size = 0
+    for e in events:
+        if isinstance(e, memoryview):
+            assert current is None
+            out.append(("whole", bytes(e)))
+        elif isinstance(e, FrameHead):
+            assert current is None
+            current, size = [e.data], e.size
+        else:
+            assert current is not None
+            current.append(bytes(e.data))
+            if e.last:
+                frame = b"".join(current)
+                assert len(frame) == size
+                out.append(("streamed", frame))
+                current = None
+    assert current is None
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_streaming_decoder_hands_large_frames_over_as_they_come(seed: int) -> None:
+    rng = random.Random(seed)
+    frames = [frame(rng.randbytes(rng.choice([0, 1, 50, 299, 300, 301, 2000, 5000]))) for _ in range(30)]
+    stream = b"".join(frames)
+    cuts = sorted(rng.sample(range(1, len(stream)), 60))
+    chunks = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    d = StreamingFrameDecoder(10_000, stream_from=304, head_bytes=64)
+    events: list[Any] = []
+    for chunk in chunks:
+        events += d.feed(chunk)
+    assert [f for _, f in _reassemble(events)] == frames
+    assert [kind for kind, _ in _reassemble(events)] == [
+        "whole" if len(f) < 304 else "streamed" for f in frames]
+    assert d.buffered == 0
+    heads = [e for e in events if isinstance(e, FrameHead)]
+    assert all(len(h.data) == 64 for h in heads)
+
+
+def test_streamed_pieces_are_views_of_the_chunks() -> None:
+    big = frame(b"x" * 1000)
+    d = StreamingFrameDecoder(10_000, stream_from=500, head_bytes=100)
+    first, second = big[:300], big[300:]
+    head, piece = d.feed(first)
+    assert isinstance(head, FrameHead) and head.data == big[:100] and head.size == len(big)
+    assert isinstance(piece, FramePiece) and piece.data.obj is first and not piece.last
+    (last,) = d.feed(second)
+    assert isinstance(last, FramePiece) and last.data.obj is second and last.last
+
+
+def test_streaming_decoder_checks_sizes() -> None:
+    d = StreamingFrameDecoder(100, stream_from=50, head_bytes=10)
+    with pytest.raises(FrameTooLarge):
+        d.feed(struct.pack(">i", 101))
+    with pytest.raises(NegativeFrameLength):
+        StreamingFrameDecoder(100, stream_from=50, head_bytes=10).feed(struct.pack(">i", -1))
+    with pytest.raises(ValueError):
+        StreamingFrameDecoder(100, stream_from=10, head_bytes=10)
