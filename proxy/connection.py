@@ -143,6 +143,7 @@ class ClientConnection(asyncio.Protocol):
         self._held: deque[memoryview] = deque()
         self._throttles_due = 0  # forwarded requests over quota whose responses are still out
         self._streaming: _Pending | None = None  # the request whose large response is arriving
+        self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
         self._muted_until = 0.0  # loop time until which a quota throttle holds reading
         self._unmute: asyncio.TimerHandle | None = None
         self._connect_task: asyncio.Task[None] | None = None
@@ -570,9 +571,30 @@ class ClientConnection(asyncio.Protocol):
             self._written(pending, pending.size)
             self._flush()
 
-    def _write(self, data: bytes | memoryview) -> None:
-        if not self._closed and self.transport is not None:
+    def _write(self, data: Response) -> None:
+        if self._closed or self.transport is None:
+            return
+        corked = self._corked
+        if corked is not None:
+            if isinstance(data, list):
+                corked.extend(data)
+            else:
+                corked.append(data)
+        elif isinstance(data, list):
+            self.transport.writelines(data)
+        else:
             self.transport.write(data)
+
+    def cork(self) -> None:
+        """Gather what is written until `uncork`: the responses one read from the broker
+        completes go out in one writev rather than a write each (a system call per response was
+        the largest cost of small responses)."""
+        self._corked = []
+
+    def uncork(self) -> None:
+        corked, self._corked = self._corked, None
+        if corked and not self._closed and self.transport is not None:
+            self.transport.writelines(corked)
 
     def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> Response:
         body_at = -1
@@ -612,13 +634,10 @@ class ClientConnection(asyncio.Protocol):
             response = pending.response
             if isinstance(response, list):
                 size = sum(len(piece) for piece in response)
-                if not self._closed:
-                    transport.writelines(response)
             else:
                 assert response is not None
                 size = len(response)
-                if not self._closed:
-                    transport.write(response)
+            self._write(response)
             self._written(pending, size)
         if self._draining and not inflight:
             self.close()
@@ -675,6 +694,7 @@ class ClientConnection(asyncio.Protocol):
             self.close()
 
     def close(self) -> None:
+        self.uncork()  # what was written before closing still goes out
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
@@ -785,6 +805,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         client = self.client
+        client.cork()
         try:
             for event in self.decoder.feed(data):
                 kind = type(event)
@@ -795,6 +816,7 @@ class UpstreamConnection(asyncio.Protocol):
                 else:
                     client.on_response_head(event)  # type: ignore[arg-type]
         except ProtocolError as exc:
+            client.uncork()  # the responses before the bad one are the client's
             self.client.proxy.metrics.protocol_errors.labels("broker_" + exc.kind).inc()
             log.error("bad response from broker %s for client %s: %s",
                       self.transport.get_extra_info("peername") if self.transport else "?",
@@ -802,6 +824,8 @@ class UpstreamConnection(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.abort()
             self.client.upstream_lost(None)
+        else:
+            client.uncork()
 
     def pause_writing(self) -> None:
         if self.client.gate is not None:
