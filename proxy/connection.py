@@ -327,8 +327,8 @@ class ClientConnection(asyncio.Protocol):
         header = parse_request_header(frame)
         ctx = RequestContext(header, frame, self.info, received_at=received_at)
         m = self.proxy.metrics.api(header.api_key)
-        m.requests.inc()  # type: ignore[attr-defined]
-        m.request_bytes.inc(len(frame))  # type: ignore[attr-defined]
+        m.requests += 1
+        m.request_bytes += len(frame)
         if header.api_key == PRODUCE:
             ctx.acks = produce_acks(frame, header.body_offset, header.api_version)
             ctx.expects_response = ctx.acks != 0
@@ -493,7 +493,7 @@ class ClientConnection(asyncio.Protocol):
             raise ProtocolError(f"response correlation id {correlation_id}, expected "
                                 f"{ctx.header.correlation_id}")
         m = self.proxy.metrics.api(ctx.api_key)
-        m.latency.observe(ctx.answered_at - ctx.sent_at)  # type: ignore[attr-defined]
+        m.observe_latency(ctx.answered_at - ctx.sent_at)
         pending.response = self._run_response_stages(ctx, frame)
         self._flush()
 
@@ -521,7 +521,7 @@ class ClientConnection(asyncio.Protocol):
             pending.parts = [memoryview(head.data)]
             return
         m = self.proxy.metrics.api(ctx.api_key)
-        m.latency.observe(ctx.answered_at - ctx.sent_at)  # type: ignore[attr-defined]
+        m.observe_latency(ctx.answered_at - ctx.sent_at)
         spec = ctx.header.spec
         assert spec is not None
         body_at = response_body_offset(head.data, spec.response_header_version(ctx.api_version))
@@ -644,7 +644,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _written(self, pending: _Pending, size: int) -> None:
         """A response has gone out whole: count it, and start its throttle."""
-        self.proxy.metrics.api(pending.ctx.api_key).response_bytes.inc(size)  # type: ignore[attr-defined]
+        self.proxy.metrics.api(pending.ctx.api_key).response_bytes += size
         usage = self.proxy.usage
         if usage is not None:
             usage.response(pending.ctx, size)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from protocol.apis import api_name
 
@@ -13,14 +20,51 @@ LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                    1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-@dataclass(slots=True)
 class ApiMetrics:
-    """Pre-bound children for one API key: label lookups are too slow for the hot path."""
+    """Per-API counters as plain numbers, read by `ApiCollector` at scrape time. The request path
+    only adds to them: a prometheus_client child takes a lock on every call, which cost ~3.5 µs
+    per request and response (measured), a tenth of the proxy's own time for a small Fetch."""
 
-    requests: object
-    request_bytes: object
-    response_bytes: object
-    latency: object
+    __slots__ = ("name", "requests", "request_bytes", "response_bytes", "latency_buckets", "latency_sum")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.requests = 0
+        self.request_bytes = 0
+        self.response_bytes = 0
+        self.latency_buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one is +Inf
+        self.latency_sum = 0.0
+
+    def observe_latency(self, seconds: float) -> None:
+        self.latency_buckets[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.latency_sum += seconds
+
+
+class ApiCollector(Collector):
+    """The per-API series, from the ApiMetrics of every API key seen."""
+
+    def __init__(self, apis: dict[int, ApiMetrics]) -> None:
+        self.apis = apis
+
+    def collect(self) -> Iterator[Any]:
+        p = "kafka_quota_proxy_"
+        requests = CounterMetricFamily(p + "requests", "Requests received from clients", labels=["api"])
+        request_bytes = CounterMetricFamily(p + "request_bytes", "Request bytes received from clients, "
+                                            "size prefix included", labels=["api"])
+        response_bytes = CounterMetricFamily(p + "response_bytes", "Response bytes sent to clients",
+                                             labels=["api"])
+        latency = HistogramMetricFamily(p + "upstream_latency_seconds", "Time from forwarding a request "
+                                        "to the broker until its response arrives", labels=["api"])
+        for m in list(self.apis.values()):
+            requests.add_metric([m.name], m.requests)
+            request_bytes.add_metric([m.name], m.request_bytes)
+            response_bytes.add_metric([m.name], m.response_bytes)
+            cumulative, buckets = 0, []
+            for bound, count in zip((*LATENCY_BUCKETS, math.inf), m.latency_buckets, strict=True):
+                cumulative += count
+                buckets.append((floatToGoString(bound), cumulative))
+            latency.add_metric([m.name], buckets, m.latency_sum)
+        yield from (requests, request_bytes, response_bytes, latency)
 
 
 @dataclass
@@ -30,14 +74,6 @@ class ProxyMetrics:
     def __post_init__(self) -> None:
         r = self.registry
         p = "kafka_quota_proxy_"
-        self.requests = Counter(p + "requests", "Requests received from clients", ["api"], registry=r)
-        self.request_bytes = Counter(p + "request_bytes", "Request bytes received from clients, "
-                                     "size prefix included", ["api"], registry=r)
-        self.response_bytes = Counter(p + "response_bytes", "Response bytes sent to clients",
-                                      ["api"], registry=r)
-        self.upstream_latency = Histogram(p + "upstream_latency_seconds", "Time from forwarding a "
-                                          "request to the broker until its response arrives",
-                                          ["api"], buckets=LATENCY_BUCKETS, registry=r)
         self.connections_open = Gauge(p + "connections_open", "Client connections open", registry=r)
         self.connections_accepted = Counter(p + "connections_accepted", "Client connections accepted",
                                             registry=r)
@@ -50,12 +86,10 @@ class ProxyMetrics:
         self.upstream_connect_failures = Counter(p + "upstream_connect_failures", "Failed connection "
                                                  "attempts to brokers", registry=r)
         self._apis: dict[int, ApiMetrics] = {}
+        r.register(ApiCollector(self._apis))
 
     def api(self, api_key: int) -> ApiMetrics:
         found = self._apis.get(api_key)
         if found is None:
-            name = api_name(api_key)
-            found = ApiMetrics(self.requests.labels(name), self.request_bytes.labels(name),
-                               self.response_bytes.labels(name), self.upstream_latency.labels(name))
-            self._apis[api_key] = found
+            found = self._apis[api_key] = ApiMetrics(api_name(api_key))
         return found
