@@ -265,7 +265,10 @@ class QuotaSettle(ResponseStage):
         self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
-        return ctx.quota is not None
+        # Only Fetch bytes and request time are charged here; without a request quota a
+        # Produce (charged on arrival) or a Metadata response has nothing left to settle.
+        q = ctx.quota
+        return q is not None and (ctx.api_key == FETCH or q.request.quotas_enabled)
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
         return self._settle(ctx, body, len(body))
@@ -283,7 +286,7 @@ class QuotaSettle(ResponseStage):
         now = engine.clock()
         key = ctx.api_key
         request_throttle = 0
-        if key not in REQUEST_QUOTA_EXEMPT:
+        if key not in REQUEST_QUOTA_EXEMPT and q.request.quotas_enabled:
             request_throttle = q.request.record_and_get_throttle_ms(
                 user, client_id, request_time_ms(ctx, perf_counter()), now)
         if key == FETCH:
