@@ -4,6 +4,9 @@
                       [--metrics HOST:PORT] [--config FILE] [--log-level LEVEL] [...]
     kafka-quota-proxy check-config FILE
     kafka-quota-proxy demo [--seconds N]
+    kafka-quota-proxy users ...                 (SASL credentials for terminate mode)
+    kafka-quota-proxy analyze --usage DIR --out DIR [...]   (the usage pipeline, on Spark)
+    kafka-quota-proxy generate-usage --out DIR [...]        (synthetic usage logs)
 
 Bad configuration is one line naming the key, and exit status 2; never a traceback.
 """
@@ -27,7 +30,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="kafka-quota-proxy",
         description="A Kafka-protocol proxy that enforces Kafka's client quotas. "
-                    "Other commands: 'check-config FILE', 'demo'.")
+                    "Other commands: 'check-config FILE', 'demo', 'users', 'analyze', "
+                    "'generate-usage'.")
     p.add_argument("--upstream", help="broker(s) to proxy: HOST:PORT[,HOST:PORT...]")
     p.add_argument("--listen", help="bootstrap listener HOST:PORT (default 0.0.0.0:9092)")
     p.add_argument("--advertised-host", help="host name clients are told to connect to")
@@ -116,6 +120,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .users_cli import main as users_main
 
             return users_main(argv[1:])
+        if argv[:1] in (["analyze"], ["generate-usage"]):
+            # The pipeline needs the `spark` extra; analytics.cli says so if it is missing.
+            from analytics.cli import main as analytics_main
+
+            return analytics_main(argv)
         return _run(argv)
     except ConfigError as exc:
         print(f"kafka-quota-proxy: config error: {exc}", file=sys.stderr)
