@@ -16,6 +16,16 @@ from .primitives import INT32
 DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
 
 
+def frame_size(prefix: bytes | memoryview, max_frame_bytes: int) -> int:
+    """The whole frame's size, prefix included, from its 4-byte size prefix; checked."""
+    (size,) = INT32.unpack_from(prefix, 0)
+    if size < 0:
+        raise NegativeFrameLength(f"negative frame length {size}")
+    if size > max_frame_bytes:
+        raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {max_frame_bytes}")
+    return size + 4
+
+
 class FrameDecoder:
     """Incremental frame splitter with a size limit."""
 
@@ -33,12 +43,7 @@ class FrameDecoder:
         return self._have
 
     def _frame_size(self, prefix: bytes | memoryview) -> int:
-        (size,) = INT32.unpack_from(prefix, 0)
-        if size < 0:
-            raise NegativeFrameLength(f"negative frame length {size}")
-        if size > self.max_frame_bytes:
-            raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {self.max_frame_bytes}")
-        return size + 4
+        return frame_size(prefix, self.max_frame_bytes)
 
     def feed(self, data: bytes) -> list[memoryview]:
         """Add received bytes; return every frame completed by them, in order."""
@@ -143,12 +148,7 @@ class StreamingFrameDecoder:
         return self._have
 
     def _frame_size(self, prefix: bytes | memoryview) -> int:
-        (size,) = INT32.unpack_from(prefix, 0)
-        if size < 0:
-            raise NegativeFrameLength(f"negative frame length {size}")
-        if size > self.max_frame_bytes:
-            raise FrameTooLarge(f"frame of {size} bytes exceeds the limit of {self.max_frame_bytes}")
-        return size + 4
+        return frame_size(prefix, self.max_frame_bytes)
 
     def _goal(self, total: int) -> int:
         """Bytes to gather before handing over: the whole frame, or the head of a large one."""
