@@ -61,7 +61,8 @@ def format_bytes(value: float) -> str:
         power += 1
     if power == 0:
         return f"{value:.0f} B"
-    return f"{value:.3g} {_UNITS[power]}"
+    # 1000 to 1023 of a unit: whole, not 1.01e+03.
+    return f"{value:.0f} {_UNITS[power]}" if value >= 1000 else f"{value:.3g} {_UNITS[power]}"
 
 
 def format_number(value: float) -> str:

@@ -260,7 +260,9 @@ class _Simulation:
 
 
 def _merge_records(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per tenant and interval start (restarts and retries can write two), time-ordered."""
+    """One row per tenant and interval start (restarts and retries can write two), time-ordered.
+    A quota given as None (JSON's null, read straight from a log) is no quota: NaN."""
+    rows = rows.astype({"recorded_quota": float})
     merged = rows.groupby(["start_ms", "user", "client_id"], sort=True, as_index=False).agg(
         interval_s=("interval_s", "max"), bytes=("bytes", "sum"), requests=("requests", "sum"),
         throttle_ms=("throttle_ms", "sum"), recorded_quota=("recorded_quota", "max"))

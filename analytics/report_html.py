@@ -269,7 +269,8 @@ def _replay_totals(replayed: DataFrame) -> list[tuple[str, str]]:
     for scenario in ("current", "candidate"):
         one = totals[totals["scenario"] == scenario]
         ms, tenants = (int(one["ms"].iloc[0]), int(one["tenants"].iloc[0])) if len(one) else (0, 0)
-        rows.append((f"replayed throttle, {scenario} quotas", f"{_duration(ms)} over {tenants} tenants"))
+        rows.append((f"replayed throttle, {scenario} quotas",
+                     f"{_duration(ms)} over {tenants} tenant{'' if tenants == 1 else 's'}"))
     return rows
 
 

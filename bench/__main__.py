@@ -8,11 +8,13 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from . import producer_ids, throughput
+from . import analytics, producer_ids, throughput
 
 BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
                      producer_ids.run),
+    "analytics": ("Usage pipeline: 10M records through analyze (local Spark), replay fast paths, "
+                  "driver memory", analytics.run),
     "throughput": ("Throughput, added latency, idle-connection memory: direct, kafka-quota-proxy, "
                    "tansu proxy", throughput.run),
 }

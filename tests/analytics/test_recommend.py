@@ -43,8 +43,8 @@ def test_doubles_round_up_to_two_significant_digits(value: float, expected: floa
 
 
 def test_format_bytes() -> None:
-    assert [format_bytes(v) for v in (512, 1536, 1572864, 3 * 1024**3)] == ["512 B", "1.5 KiB", "1.5 MiB",
-                                                                             "3 GiB"]
+    assert [format_bytes(v) for v in (512, 1536, 1572864, 3 * 1024**3, 1010 * 1024)] == [
+        "512 B", "1.5 KiB", "1.5 MiB", "3 GiB", "1010 KiB"]
 
 
 def test_nearest_rank_percentile() -> None:

@@ -23,7 +23,7 @@ OUTCOME = ["demand_bytes", "sent_bytes", "throttle_ms", "throttled_requests", "d
            "backlog_bytes"]
 
 
-def rows(*records: tuple[str, str, int, int, int, int, int, float]) -> pd.DataFrame:
+def rows(*records: tuple[str, str, int, int, int, int, int, float | None]) -> pd.DataFrame:
     """(user, client_id, start_ms, interval_s, bytes, requests, throttle_ms, recorded quota)"""
     return pd.DataFrame(records, columns=["user", "client_id", "start_ms", "interval_s", "bytes", "requests",
                                           "throttle_ms", "recorded_quota"])
@@ -137,6 +137,12 @@ def test_no_quota_means_no_simulation_and_no_throttle() -> None:
                             "throttled_requests": 0, "delayed_bytes": 0, "backlog_bytes": 0}
     assert int(out["skipped_intervals"].iloc[0]) == 1
     assert math.isnan(out["quota"].iloc[0])
+
+
+def test_quotas_read_straight_from_json_may_be_none() -> None:
+    log = rows(("u", "c", 0, 10, 6000, 1, 0, None), ("u", "c", 10_000, 10, 6000, 1, 0, 500.0))
+    # No quota in the first interval: nothing measured; then 6000 B over a fresh window: 2000 ms.
+    assert outcome(replay_unit(log, "produce", None, KAFKA, 20_000))["throttle_ms"] == 2000
 
 
 def test_demand_model_reads_the_throttle_backwards() -> None:
