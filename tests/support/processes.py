@@ -22,10 +22,20 @@ from proxy.cluster import ask_brokers
 LOOPBACK = "127.0.0.1"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, never one this process handed out before: the kernel may
+    offer a just-released port again, and two of a proxy's ports once came out equal (CI:
+    "node_ports.111: must differ from the listen port")."""
+    while True:
+        with socket.socket() as s:
+            s.bind((LOOPBACK, 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | None = None) -> None:
