@@ -222,8 +222,9 @@ def test_passthrough_binds_what_the_broker_accepted(broker: Broker, broker_node_
         "sasl": {"mode": "passthrough"},
         "upstream_sasl": {"mechanism": "SCRAM-SHA-512", "username": "proxy-svc",
                           "password": "svc-Secret-2"},
-        "quotas": [{"user": "alice", "producer_byte_rate": 10_485_760}]}).start()
+        "quotas": [{"user": "alice", "producer_byte_rate": 10_485_760}]})
     try:
+        outer.start()  # inside the try: a start that fails must not leave the inner proxy running
         for mechanism in MECHANISMS:
             p = Producer(_conf(outer, mechanism))
             p.produce(topic_name, b"x")
