@@ -99,6 +99,19 @@ _ASSEMBLE = "assemble"  # gathered whole, then handled as any response
 _DISCARD = "discard"  # replaced by the proxy's own answer; the pieces are dropped
 
 
+def _check_correlation(ctx: RequestContext, frame: bytes | memoryview) -> None:
+    correlation_id = response_correlation_id(frame)
+    if correlation_id != ctx.header.correlation_id:
+        raise ProtocolError(f"response correlation id {correlation_id}, expected "
+                            f"{ctx.header.correlation_id}")
+
+
+def _header(frame: bytes | memoryview, body_at: int, body_size: int) -> bytes:
+    """A response's size prefix for a body of `body_size`, then the broker's response header
+    (correlation id, header tags) as it was."""
+    return INT32.pack(body_at - 4 + body_size) + bytes(frame[4:body_at])
+
+
 class _Pending:
     """A request waiting for its response; `response` is set when the response is ready.
     `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered.
@@ -488,10 +501,7 @@ class ClientConnection(asyncio.Protocol):
             pending.response = bytes(frame)
             self._flush()
             return
-        correlation_id = response_correlation_id(frame)
-        if correlation_id != ctx.header.correlation_id:
-            raise ProtocolError(f"response correlation id {correlation_id}, expected "
-                                f"{ctx.header.correlation_id}")
+        _check_correlation(ctx, frame)
         m = self.proxy.metrics.api(ctx.api_key)
         m.observe_latency(ctx.answered_at - ctx.sent_at)
         pending.response = self._run_response_stages(ctx, frame)
@@ -506,20 +516,16 @@ class ClientConnection(asyncio.Protocol):
         pending = self._answered()
         self._streaming = pending
         ctx = pending.ctx
-        if (ctx.api_key != FETCH or ctx.raw or not self._inflight or self._inflight[0] is not pending
-                or self._closed):
-            pending.stream = _ASSEMBLE  # a response before it is still to be written, say
-            pending.parts = [memoryview(head.data)]
-            return
-        correlation_id = response_correlation_id(head.data)
-        if correlation_id != ctx.header.correlation_id:
-            raise ProtocolError(f"response correlation id {correlation_id}, expected "
-                                f"{ctx.header.correlation_id}")
         stages = self.proxy.pipeline.response_stages(ctx.api_key)
-        if not all(stage.streams or not stage.wants(ctx) for stage in stages):
+        # Gathered whole: not a Fetch, a response before it still to be written, or a stage that
+        # needs the whole body. _respond then handles it as any response.
+        if (ctx.api_key != FETCH or ctx.raw or self._closed or not self._inflight
+                or self._inflight[0] is not pending
+                or not all(stage.streams or not stage.wants(ctx) for stage in stages)):
             pending.stream = _ASSEMBLE
             pending.parts = [memoryview(head.data)]
             return
+        _check_correlation(ctx, head.data)
         m = self.proxy.metrics.api(ctx.api_key)
         m.observe_latency(ctx.answered_at - ctx.sent_at)
         spec = ctx.header.spec
@@ -534,8 +540,7 @@ class ClientConnection(asyncio.Protocol):
             if isinstance(result, Replacement):
                 # Answered with another body (a Fetch over quota): the rest of this one is dropped.
                 pending.stream = _DISCARD
-                prefix = INT32.pack(body_at - 4 + len(result.body)) + head.data[4:body_at]
-                pending.response = prefix + result.body
+                pending.response = _header(head.data, body_at, len(result.body)) + result.body
                 self._flush()
                 return
             if result is not None:
@@ -619,7 +624,7 @@ class ClientConnection(asyncio.Protocol):
         if not changed:
             return frame
         # The broker's response header (correlation id, header tags) is kept as it was.
-        prefix = INT32.pack(body_at - 4 + len(body)) + bytes(frame[4:body_at])
+        prefix = _header(frame, body_at, len(body))
         if isinstance(body, Pieces):
             return [prefix, *body.parts]  # the body itself is not copied
         return prefix + bytes(body)
