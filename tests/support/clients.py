@@ -53,6 +53,18 @@ class Progress:
     def rate(self, start: float, end: float) -> float:
         return (self.bytes_at(end) - self.bytes_at(start)) / (end - start)
 
+    def burst_starts(self, min_bytes: int, within: float, apart: float) -> list[float]:
+        """Where bursts begin: the mark just before bytes move, when at least `min_bytes` follow
+        within `within` seconds; a burst begins at least `apart` seconds after the one before."""
+        starts: list[float] = []
+        prev: tuple[float, int] | None = None
+        for at, n in self.marks:
+            if (prev is not None and n > prev[1] and (not starts or prev[0] >= starts[-1] + apart)
+                    and self.bytes_at(prev[0] + within) - prev[1] >= min_bytes):
+                starts.append(prev[0])
+            prev = (at, n)
+        return starts
+
 
 def run_producer(bootstrap: str, topic: str, client_id: str, seconds: float, progress: Progress,
                  max_rate: float | None = None, stop: threading.Event | None = None,
@@ -93,10 +105,11 @@ def run_producer(bootstrap: str, topic: str, client_id: str, seconds: float, pro
 
 
 def run_consumer(bootstrap: str, topic: str, client_id: str, seconds: float, progress: Progress,
-                 partitions: int = 1) -> None:
+                 partitions: int = 1, config: dict[str, Any] | None = None) -> None:
+    """Consume from offset 0 for `seconds`; `config` adds to (or overrides) the consumer's settings."""
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
                   "enable.auto.commit": False, "statistics.interval.ms": 500,
-                  "stats_cb": progress.on_stats})
+                  "stats_cb": progress.on_stats, **(config or {})})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     start = time.monotonic()
     done = 0
