@@ -97,7 +97,8 @@ class QuotaEngine:
         self._sensors: list[LocalSensors] = []
         self.connections = ConnectionQuotas(store, self.config, self._new_sensors())
         self.throttles = ThrottleStats(settings.max_tracked_entities)
-        self._measuring: tuple[int, bool] = (-1, False)  # (store version, answer)
+        # (store version, any client quota ever configured, any producer_ids_rate ever configured)
+        self._enabled: tuple[int, bool, bool] = (-1, False, False)
         self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
         # The usage log's meter (proxy.usage_log.UsageMeter), told of every throttle; None when off.
         self.usage: Any = None
@@ -137,11 +138,23 @@ class QuotaEngine:
     def measuring(self) -> bool:
         """False until some client quota has ever been configured (Kafka's sticky per-type
         flags): until then the managers record nothing, so requests need not visit them."""
-        version, answer = self._measuring
-        if version != self.store.version:
-            answer = any(self.store.quota_types_enabled(key) for key in CLIENT_KEYS | USER_ONLY_KEYS)
-            self._measuring = (self.store.version, answer)
-        return answer
+        return self._flags()[1]
+
+    @property
+    def counting_producer_ids(self) -> bool:
+        """Whether a `producer_ids_rate` has ever been configured: Produce requests are then
+        read for their producer ids."""
+        return self._flags()[2]
+
+    def _flags(self) -> tuple[int, bool, bool]:
+        # Both are asked on every request; they change only with the quota store's version.
+        flags = self._enabled
+        store = self.store
+        if flags[0] != store.version:
+            measuring = any(store.quota_types_enabled(key) for key in CLIENT_KEYS | USER_ONLY_KEYS)
+            pids = bool(store.quota_types_enabled(QuotaKey.PRODUCER_IDS_RATE))
+            flags = self._enabled = (store.version, measuring, pids)
+        return flags
 
     def exempt(self, principal: str, client_id: str | None) -> bool:
         s = self.settings

@@ -82,12 +82,19 @@ class QuotaCharge(RequestStage):
         self.topic_partitions = topic_partitions
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
+        # Runs on every request while quotas are on: attributes are read once, and the exempt
+        # lists are only searched when there are any (about a third of the charge's cost went
+        # to such lookups in a profile of 100 tenants' Produce).
         engine = self.engine
-        user, client_id = _client(ctx)
-        if not engine.active or not engine.measuring or engine.exempt(user, ctx.header.client_id):
+        settings = engine.settings
+        if settings.mode == "off" or not engine.measuring:
             return None
-        q = engine.scope(ctx.conn.upstream)
-        key = ctx.api_key
+        conn, header = ctx.conn, ctx.header
+        user, client_id = conn.principal, header.client_id or ""
+        if (settings.exempt_principals or settings.exempt_client_ids) and engine.exempt(user, client_id):
+            return None
+        q = engine.scope(conn.upstream)
+        key = header.api_key
         if key == FETCH:
             info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
             if info.replica_id >= 0:
@@ -100,14 +107,15 @@ class QuotaCharge(RequestStage):
         ctx.quota = q
         if key == PRODUCE:
             now = engine.clock()
-            if q.producer_ids.quotas_enabled:
+            if engine.counting_producer_ids:
                 refused = self._producer_ids(ctx, q.producer_ids, user, now)
                 if refused is not None:
                     return refused
             # Charged on arrival: the connection then reads nothing more from a client over its
             # quota until the throttle is over (see the module docstring).
-            throttle(engine, ctx, "produce", q.produce.record_and_get_throttle_ms(
-                user, client_id, len(ctx.frame) - 4, now), now)
+            throttle_ms = q.produce.record_and_get_throttle_ms(user, client_id, len(ctx.frame) - 4, now)
+            if throttle_ms:
+                throttle(engine, ctx, "produce", throttle_ms, now)
         elif key in STRICT_FROM:
             return self._mutation(ctx)
         return None

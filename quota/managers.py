@@ -81,9 +81,9 @@ class ClientQuotaManager(_ResolvedQuota):
     def record_and_get_throttle_ms(self, user: str, client_id: str | None, value: float,
                                    now_ms: float) -> int:
         """Record `value` at `now_ms` and return how long to throttle the client (0 if within quota)."""
-        if not self.resolver.quotas_enabled:
+        res = self.resolver.resolve_if_enabled(user, client_id)
+        if res is None:
             return 0
-        res = self.resolver.resolve(user, client_id)
         rate = self.sensors.get_or_create(res.sensor_key, now_ms, self._new_rate)
         if rate is None:
             return 0  # entity cap reached: not measured, so not throttled (counted in `dropped`)

@@ -44,7 +44,7 @@ class Rate:
     """
 
     __slots__ = ("config", "_slots", "_window", "_expire_age", "_min_full", "_current",
-                 "_starts", "_lasts", "_values")
+                 "_starts", "_lasts", "_values", "_purge_due", "_oldest")
 
     def __init__(self, config: MetricConfig) -> None:
         self.config = config
@@ -57,11 +57,23 @@ class Rate:
         self._starts: list[float] = []
         self._lasts: list[float] = []
         self._values: list[float] = []
+        # `measure` runs on every charged request, while samples open or reset about once per W;
+        # two caches spare it a scan of the ring each time. No sample can be due for a reset
+        # before `_purge_due` (min(lasts) + N*W, or earlier: a `last` only ever moves later,
+        # unless the clock goes back, which lowers the bound as it happens). `_oldest` is
+        # min(starts), or None once a start has changed and it must be found again.
+        self._purge_due = float("inf")
+        self._oldest: float | None = None
 
     def _new_sample(self, now_ms: float) -> None:
         self._starts.append(now_ms)
         self._lasts.append(now_ms)
         self._values.append(0.0)
+        due = now_ms + self._expire_age
+        if due < self._purge_due:
+            self._purge_due = due
+        if self._oldest is not None and now_ms < self._oldest:
+            self._oldest = now_ms
 
     def record(self, value: float, now_ms: float) -> None:
         """Add `value` at `now_ms`, opening the next sample if the current one is W old."""
@@ -78,11 +90,16 @@ class Rate:
                 starts[cur] = now_ms
                 self._lasts[cur] = now_ms
                 self._values[cur] = 0.0
+                self._oldest = None
         self._values[cur] += value
         self._lasts[cur] = now_ms
+        if now_ms + self._expire_age < self._purge_due:
+            self._purge_due = now_ms + self._expire_age  # the clock went back
 
     def _purge(self, now_ms: float) -> None:
         # A sample with no event in the last N*W is reset (not removed), and restarts at `now`.
+        if now_ms < self._purge_due:
+            return
         lasts = self._lasts
         age = self._expire_age
         for i in range(len(lasts)):
@@ -90,6 +107,14 @@ class Rate:
                 self._starts[i] = now_ms
                 lasts[i] = now_ms
                 self._values[i] = 0.0
+                self._oldest = None
+        self._purge_due = min(lasts) + age if lasts else float("inf")
+
+    def _oldest_start(self) -> float:
+        oldest = self._oldest
+        if oldest is None:
+            oldest = self._oldest = min(self._starts)
+        return oldest
 
     def _sum(self) -> float:
         # A plain left-to-right sum as Java's WindowedSum; Python 3.12's sum() compensates, which
@@ -114,31 +139,25 @@ class Rate:
         if not self._starts:
             # Kafka's oldest() creates the first sample here, at `now`; later records land in it.
             self._new_sample(now_ms)
-        elapsed = now_ms - min(self._starts)
+        elapsed = now_ms - self._oldest_start()
         full = _trunc_div(elapsed, self._window)
         if full < self._min_full:
             elapsed += (self._min_full - full) * self._window
         return float(max(elapsed, 1))
 
     def measure(self, now_ms: float) -> float:
-        """The rate per second at `now_ms` (Rate.measure).
-
-        Purge, sum and oldest start in one pass: this runs on every charged request, and three
-        passes over the ring cost twice as much. The sum is still the plain left-to-right one."""
-        starts, lasts, values = self._starts, self._lasts, self._values
+        """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""
+        starts = self._starts
         if not starts:
             self._new_sample(now_ms)  # as Kafka's oldest() does; the rate is then 0
-        age = self._expire_age
+        if now_ms >= self._purge_due:
+            self._purge(now_ms)
         total = 0.0
-        oldest = float("inf")  # min(starts) after the purge, as Kafka's oldest()
-        for i in range(len(lasts)):
-            if now_ms - lasts[i] >= age:
-                starts[i] = now_ms
-                lasts[i] = now_ms
-                values[i] = 0.0
-            total += values[i]
-            if starts[i] < oldest:
-                oldest = starts[i]
+        for v in self._values:  # the plain left-to-right sum, as above
+            total += v
+        oldest = self._oldest
+        if oldest is None:
+            oldest = self._oldest = min(starts)  # Kafka's oldest()
         elapsed = now_ms - oldest
         full = _trunc_div(elapsed, self._window)
         if full < self._min_full:

@@ -244,9 +244,20 @@ class QuotaResolver:
             return value if value is not None else get((None, DEFAULT))
         return None  # ("", ""): no quota, even with a <default>
 
+    def resolve_if_enabled(self, user: str, client_id: str | None) -> Resolution | None:
+        """`resolve`, or None while no quota of this key has ever been configured: the check and
+        the lookup every charged request makes, with one refresh between them."""
+        self._refresh()
+        if self._types == QuotaTypes.NO_QUOTAS:
+            return None
+        return self._resolve(user, client_id)
+
     def resolve(self, user: str, client_id: str | None) -> Resolution:
         """Tags, quota and sensor key for a raw principal name and raw client-id, cached."""
         self._refresh()
+        return self._resolve(user, client_id)
+
+    def _resolve(self, user: str, client_id: str | None) -> Resolution:
         if client_id is None:
             client_id = ""
         by_client = self._cache.get(user)

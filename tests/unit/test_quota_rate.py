@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from quota.rate import MetricConfig, Rate
@@ -143,6 +145,69 @@ def test_negative_record_unrecords() -> None:
     rate.record(-6000, 500)
     assert rate.total(500) == 1000.0
     assert rate.measure(500) == 1000 / 10.5
+
+
+class _PlainRate:
+    """Kafka's SampledStat and Rate.measure written out with no shortcuts: every measure purges
+    by scanning all samples and finds the oldest start by scanning again."""
+
+    def __init__(self, samples: int, window_ms: int) -> None:
+        self.n, self.w = samples, window_ms
+        self.samples: list[list[float]] = []  # [start, last, value]
+        self.current = 0
+
+    def record(self, value: float, now: float) -> None:
+        if not self.samples:
+            self.samples.append([now, now, 0.0])
+        sample = self.samples[self.current]
+        if now - sample[0] >= self.w:
+            self.current = (self.current + 1) % (self.n + 1)
+            if self.current >= len(self.samples):
+                self.samples.append([now, now, 0.0])
+            else:
+                self.samples[self.current][:] = [now, now, 0.0]
+            sample = self.samples[self.current]
+        sample[2] += value
+        sample[1] = now
+
+    def measure(self, now: float) -> float:
+        if not self.samples:
+            self.samples.append([now, now, 0.0])
+        for sample in self.samples:
+            if now - sample[1] >= self.n * self.w:
+                sample[:] = [now, now, 0.0]
+        total = 0.0
+        for sample in self.samples:
+            total += sample[2]
+        elapsed = now - min(sample[0] for sample in self.samples)
+        full = int(elapsed // self.w) if elapsed >= 0 else -int(-elapsed // self.w)
+        if full < self.n - 1:
+            elapsed += (self.n - 1 - full) * self.w
+        return total / (max(elapsed, 1) / 1000.0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_rate_measures_exactly_as_the_plain_algorithm(seed: int) -> None:
+    """`Rate` keeps two caches (when a purge can next be due, and the oldest start) so that a
+    measure need not scan the ring; over random records, quiet gaps long enough to expire
+    samples, and the clock going back, every measure equals the plain algorithm's to the bit."""
+    rnd = random.Random(seed)
+    samples, window = rnd.choice([(11, 1000), (3, 1000), (2, 500), (1, 1000)])
+    rate, plain = Rate(MetricConfig(samples=samples, window_ms=window)), _PlainRate(samples, window)
+    now = float(rnd.randrange(0, 5000))
+    for _ in range(3000):
+        step = rnd.random()
+        if step < 0.02:
+            now -= rnd.randrange(1, 3 * window)  # the clock went back
+        elif step < 0.05:
+            now += rnd.randrange(samples * window, (samples + 2) * window)  # a quiet gap
+        else:
+            now += rnd.randrange(0, window // 2)
+        if rnd.random() < 0.7:
+            value = float(rnd.choice([1, 1024, 65536])) * rnd.choice([1, 1, 1, -1]) + rnd.random()
+            rate.record(value, now)
+            plain.record(value, now)
+        assert rate.measure(now) == plain.measure(now)
 
 
 # TokenBucket (TokenBucketTest): Q = 5/s, N = 10, W = 2 s -> B = 100.
