@@ -8,11 +8,13 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from . import analytics, producer_ids, throughput
+from . import analytics, producer_ids, quota_cost, throughput
 
 BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
                      producer_ids.run),
+    "quota_cost": ("Quota accounting per request: the quota stages with no quota configured and with "
+                   "100 tenants' quotas", quota_cost.run),
     "analytics": ("Usage pipeline: 10M records through analyze (local Spark), replay fast paths, "
                   "driver memory", analytics.run),
     "throughput": ("Throughput, added latency, idle-connection memory: direct, kafka-quota-proxy, "

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from kafka.protocol.consumer.fetch import FetchResponse
 
-from .primitives import INT32
+from .primitives import INT32, need
 from .walk import tagged_fields, walker
 
 FETCH = 1
@@ -21,15 +22,31 @@ class FetchRequestInfo:
     max_bytes: int | None
 
 
+_LEADING = struct.Struct(">ii")  # replica_id, max_wait_ms
+_LEADING_V3 = struct.Struct(">iiii")  # replica_id, max_wait_ms, min_bytes, max_bytes
+
+
 def read_fetch_request(frame: memoryview, body_offset: int, version: int) -> FetchRequestInfo:
-    flexible = version >= 12
+    if version < 15:
+        # Up to v14 the fields read here lead the body at fixed places, so nothing is walked:
+        # walking the topics took ~60% of a fetch's quota charge (bench.quota_cost). The rest of
+        # the request is the broker's to check, as for any request the proxy does not rewrite.
+        if version >= 3:
+            need(frame, body_offset, _LEADING_V3.size)
+            replica_id, max_wait_ms, _, max_bytes = _LEADING_V3.unpack_from(frame, body_offset)
+            return FetchRequestInfo(replica_id, max_wait_ms, body_offset + 12, max_bytes)
+        need(frame, body_offset, _LEADING.size)
+        replica_id, max_wait_ms = _LEADING.unpack_from(frame, body_offset)
+        return FetchRequestInfo(replica_id, max_wait_ms, None, None)
+    # v15+: the replica id moved into a tagged field after the topics (ReplicaState), so the body
+    # is walked to find it: a follower's fetch is exempt.
     body = frame[body_offset:]
-    result = walker("FetchRequest", version, flexible).walk(body, 0)
+    result = walker("FetchRequest", version, True).walk(body, 0)
     offsets = result.offsets
     replica_id = -1
     if "ReplicaId" in offsets:
         replica_id = int(INT32.unpack_from(body, offsets["ReplicaId"])[0])
-    elif flexible:
+    else:
         tags = tagged_fields(body, result.tags_at)
         if REPLICA_STATE_TAG in tags:
             replica_id = int(INT32.unpack_from(body, tags[REPLICA_STATE_TAG][0])[0])
