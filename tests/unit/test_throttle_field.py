@@ -16,6 +16,7 @@ import pytest
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 
 from protocol.apis import codec
+from protocol.errors import ProtocolError
 from protocol.fetch import read_fetch_request, session_id, throttled_response_body
 from protocol.throttle import carries_throttle, patched, read_throttle, throttle_offset
 from tests.unit.encoding import compact_string
@@ -171,6 +172,17 @@ def test_read_fetch_request(version: int, replica_id: int) -> None:
     assert info.max_bytes_at == body_offset + differ[0]
     assert differ == [differ[0] + i for i in range(4)]
     assert struct.unpack_from(">i", frame, info.max_bytes_at)[0] == 123456
+
+
+@pytest.mark.parametrize("version", FETCH_VERSIONS)
+def test_read_fetch_request_refuses_a_body_cut_short(version: int) -> None:
+    """Up to v14 only the leading fields are read (at fixed offsets), and v15+ walks the body:
+    either way a body that ends before what is read is the client's protocol error."""
+    body = _fetch_request(version, replica_id=-1, max_wait_ms=500, max_bytes=123456)
+    cut = 15 if 3 <= version < 15 else 7 if version < 3 else len(body) - 1
+    frame = _frame(version, body[:cut])
+    with pytest.raises(ProtocolError):
+        read_fetch_request(memoryview(frame), len(frame) - cut, version)
 
 
 @pytest.mark.parametrize("version", [v for v in FETCH_VERSIONS if v >= 15])
