@@ -82,21 +82,17 @@ class QuotaCharge(RequestStage):
         self.topic_partitions = topic_partitions
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
-        # Runs on every request while quotas are on: attributes are read once, and the exempt
-        # lists are only searched when there are any (about a third of the charge's cost went
-        # to such lookups in a profile of 100 tenants' Produce).
         engine = self.engine
-        settings = engine.settings
-        if settings.mode == "off" or not engine.measuring:
+        if not engine.active or not engine.measuring:
             return None
         conn, header = ctx.conn, ctx.header
         user, client_id = conn.principal, header.client_id or ""
-        if (settings.exempt_principals or settings.exempt_client_ids) and engine.exempt(user, client_id):
+        if engine.exempt(user, client_id):
             return None
         q = engine.scope(conn.upstream)
         key = header.api_key
         if key == FETCH:
-            info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
+            info = read_fetch_request(ctx.frame, header.body_offset, ctx.api_version)
             if info.replica_id >= 0:
                 return None  # follower fetches are exempt, as on a broker
             ctx.fetch_max_wait_ms = info.max_wait_ms
