@@ -147,22 +147,8 @@ class Rate:
 
     def measure(self, now_ms: float) -> float:
         """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""
-        starts = self._starts
-        if not starts:
-            self._new_sample(now_ms)  # as Kafka's oldest() does; the rate is then 0
-        if now_ms >= self._purge_due:
-            self._purge(now_ms)
-        total = 0.0
-        for v in self._values:  # the plain left-to-right sum, as above
-            total += v
-        oldest = self._oldest
-        if oldest is None:
-            oldest = self._oldest = min(starts)  # Kafka's oldest()
-        elapsed = now_ms - oldest
-        full = _trunc_div(elapsed, self._window)
-        if full < self._min_full:
-            elapsed += (self._min_full - full) * self._window
-        return total / (float(max(elapsed, 1)) / 1000.0)
+        self._purge(now_ms)
+        return self._sum() / (self._window_size_after_purge(now_ms) / 1000.0)
 
     def __repr__(self) -> str:
         return (f"Rate(samples={self.config.samples}, window_ms={self.config.window_ms}, "
