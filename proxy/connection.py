@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, cast
 from config import HostPort
 from identity.ssl_rules import NoMatchingRule
 from protocol.errors import ProtocolError
+from protocol.fetch import FETCH
 from protocol.framing import FrameDecoder, FrameHead, FramePiece, StreamingFrameDecoder
 from protocol.headers import (
     RequestHeader,
@@ -50,7 +51,6 @@ log = logging.getLogger("kafka_quota_proxy.connection")
 # A broker response is not bounded by socket.request.max.bytes (fetch.max.bytes can exceed it),
 # only by the protocol's int32 size.
 MAX_RESPONSE_BYTES = 2**31 - 1
-FETCH = 1
 # Responses this large are handed over as they arrive (a Fetch is then written on cut-through).
 STREAM_FROM = 64 * 1024
 

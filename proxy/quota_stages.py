@@ -38,10 +38,10 @@ from kafka.protocol.admin.topics import (
 )
 
 from protocol.errors import ProtocolError
-from protocol.fetch import read_fetch_request, session_id, throttled_response_body
+from protocol.fetch import FETCH, read_fetch_request, session_id, throttled_response_body
 from protocol.pieces import Pieces
 from protocol.primitives import INT32
-from protocol.produce import producer_ids, refusal
+from protocol.produce import PRODUCE, producer_ids, refusal
 from protocol.throttle import patched, read_throttle, throttle_offset
 from quota.producer_ids import ProducerIdQuotaManager
 from quota.resolution import sanitize_user
@@ -50,7 +50,6 @@ from .context import RequestContext
 from .quota_engine import QuotaEngine
 from .stages import Replacement, Reply, RequestStage, ResponseStage
 
-PRODUCE, FETCH = 0, 1
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
 CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS = 19, 20, 37
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.

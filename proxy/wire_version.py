@@ -15,12 +15,12 @@ Performance section for what it measured).
 
 from __future__ import annotations
 
+from protocol.fetch import FETCH
 from protocol.primitives import INT16
 
 from .context import RequestContext
 from .stages import Reply, RequestStage
 
-FETCH = 1
 API_VERSION_AT = 6  # in a request frame: size (4), api_key (2), then api_version (2)
 ASKED_AS = 15
 SAME_AS_15 = frozenset({16, 17})
