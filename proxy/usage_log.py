@@ -41,6 +41,8 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from config.usage_settings import UsageLogSettings
+from protocol.fetch import FETCH
+from protocol.produce import PRODUCE
 from quota import usage
 from quota.entities import QuotaKey
 from quota.resolution import QuotaResolver, QuotaStore
@@ -50,7 +52,6 @@ from .quota_stages import request_time_ms
 
 log = logging.getLogger("kafka_quota_proxy.usage")
 
-PRODUCE, FETCH = 0, 1
 MUTATIONS = frozenset({19, 20, 37})  # CreateTopics, DeleteTopics, CreatePartitions
 _GROUP_INDEX = {group: i for i, group in enumerate(usage.GROUPS)}
 _THROTTLE_INDEX = {t: i for i, t in enumerate(usage.THROTTLE_TYPES)}
