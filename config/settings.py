@@ -64,6 +64,7 @@ class Settings:
     connect_timeout_seconds: float = 10.0
     shutdown_timeout_seconds: float = 30.0
     max_inflight_requests: int = 5  # per client connection, forwarded and not yet answered
+    splice: bool = True  # large Fetch responses moved by splice(2) where both sides are plain TCP
     quota: QuotaSettings = QuotaSettings()
     quotas: tuple[QuotaEntry, ...] = ()
     config_path: str | None = None  # the YAML file these came from, watched for quota changes
@@ -189,6 +190,7 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "connect_timeout_seconds": ("connect_timeout_seconds", _positive_float),
     "shutdown_timeout_seconds": ("shutdown_timeout_seconds", _positive_float),
     "max_inflight_requests": ("max_inflight_requests", _positive_int),
+    "splice": ("splice", _bool),
     "quota": ("quota", lambda k, v: parse_quota_section(v)),
     "quotas": ("quotas", lambda k, v: tuple(parse_quota_list(v))),
     "tls": ("tls", lambda k, v: parse_tls(v)),

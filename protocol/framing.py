@@ -147,6 +147,17 @@ class StreamingFrameDecoder(_FrameSplitter):
 
     feed = _FrameSplitter._split
 
+    @property
+    def streaming_left(self) -> int:
+        """Bytes of the frame being handed over in pieces still to come (0 between frames)."""
+        return self._streaming
+
+    def take_rest(self) -> int:
+        """Take the rest of the frame being handed over away from the decoder: the caller moves
+        those bytes itself (proxy.splice) and feeds what follows them. Returns how many."""
+        rest, self._streaming = self._streaming, 0
+        return rest
+
 
 class FrameDecoder(_FrameSplitter):
     """Incremental frame splitter with a size limit: every frame comes whole, as a memoryview.

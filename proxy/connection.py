@@ -40,6 +40,7 @@ from protocol.proxy_protocol import V2_HEADER_LENGTH, V2_SIGNATURE, ProxyHeader,
 
 from .context import ConnectionInfo, RequestContext
 from .sasl_stages import SASL_AUTHENTICATE, SaslInspect, SaslTerminate
+from .splice import SPLICE_FROM, Splice, SpliceFailed, plain_socket_fd
 from .stages import Replacement, Reply
 from .upstream_auth import open_upstream
 
@@ -156,6 +157,8 @@ class ClientConnection(asyncio.Protocol):
         self._held: deque[memoryview] = deque()
         self._throttles_due = 0  # forwarded requests over quota whose responses are still out
         self._streaming: _Pending | None = None  # the request whose large response is arriving
+        self._splice: Splice | None = None  # moving the rest of that response (proxy.splice)
+        self._fd: int | None = None  # the socket's descriptor when splices may write to it
         self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
         self._muted_until = 0.0  # loop time until which a quota throttle holds reading
         self._unmute: asyncio.TimerHandle | None = None
@@ -174,6 +177,8 @@ class ClientConnection(asyncio.Protocol):
         if isinstance(peer, tuple):
             self.info.set_address(str(peer[0]), int(peer[1]))
         self.gate = ReadGate(self.transport)
+        if self.proxy.splicing:
+            self._fd = plain_socket_fd(transport)
         self.proxy.connection_opened(self)
         if self.proxied is not None:
             self._use_proxy_header(self.proxied)
@@ -464,6 +469,7 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._stop_splice()
         if self.upstream is not None and self.upstream.transport is not None:
             # close(), not abort(): requests already read (acks=0 records among them) still
             # reach the broker.
@@ -571,10 +577,61 @@ class ClientConnection(asyncio.Protocol):
             pending.parts = None
             self._respond(pending, frame)
         elif mode is _STREAM:
-            popped = self._inflight.popleft()
-            assert popped is pending
-            self._written(pending, pending.size)
-            self._flush()
+            self._streamed(pending)
+
+    def _streamed(self, pending: _Pending) -> None:
+        """A response written on as it arrived has gone out whole."""
+        popped = self._inflight.popleft()
+        assert popped is pending
+        self._written(pending, pending.size)
+        self._flush()
+
+    def splice_rest(self, upstream: UpstreamConnection) -> None:
+        """Called after each read from the broker: when the response being written on has much
+        still to come and both sockets are plain TCP, move the rest with splice(2) (proxy.splice)
+        instead of reading it. The broker's socket is not read meanwhile."""
+        pending = self._streaming
+        if (pending is None or pending.stream is not _STREAM or self._fd is None or upstream.fd is None
+                or self._closed or self._splice is not None or upstream.gate is None):
+            return
+        size = upstream.decoder.streaming_left
+        if size < SPLICE_FROM:
+            return
+        try:
+            splice = Splice(self.proxy.loop, self.proxy.pipes, upstream.fd, self._fd, self.transport, size,
+                            self._spliced)
+        except OSError as exc:  # out of descriptors: the bytes come through data_received instead
+            log.debug("no splice for %s: %s", self.info.describe(), exc)
+            return
+        upstream.decoder.take_rest()
+        upstream.gate.pause("splice")
+        self._splice = splice
+        splice.start()  # may finish at once, when every byte is already there
+
+    def _spliced(self, failure: SpliceFailed | None) -> None:
+        splice, self._splice = self._splice, None
+        pending, self._streaming = self._streaming, None
+        assert splice is not None and pending is not None
+        upstream = self.upstream
+        if failure is not None:
+            # The client has part of a response: neither connection can go on.
+            log.info("closing connection from %s: %s failed mid-response: %s", self.info.describe(),
+                     "broker connection" if failure.side == "broker" else "client connection", failure.reason)
+            self._closed = True  # connection_lost follows; nothing more is said about either side
+            if upstream is not None and upstream.transport is not None:
+                upstream.transport.abort()
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self.proxy.metrics.spliced_bytes.inc(splice.moved)
+        self._streamed(pending)
+        if upstream is not None and upstream.gate is not None:
+            upstream.gate.resume("splice")
+
+    def _stop_splice(self) -> None:
+        if self._splice is not None:
+            self._splice.cancel()
+            self._splice = None
 
     def _write(self, data: Response) -> None:
         if self._closed or self.transport is None:
@@ -699,6 +756,7 @@ class ClientConnection(asyncio.Protocol):
             self.close()
 
     def close(self) -> None:
+        self._stop_splice()  # a response cut short: the client cannot use the rest of it
         self.uncork()  # what was written before closing still goes out
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
@@ -803,10 +861,13 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.gate: ReadGate | None = None
         self.streams: Any = None  # the authenticated stream pair this transport came from
+        self.fd: int | None = None  # the socket's descriptor when splices may read from it
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
         self.gate = ReadGate(self.transport)
+        if self.client.proxy.splicing:
+            self.fd = plain_socket_fd(transport)
 
     def data_received(self, data: bytes) -> None:
         client = self.client
@@ -831,6 +892,8 @@ class UpstreamConnection(asyncio.Protocol):
             self.client.upstream_lost(None)
         else:
             client.uncork()
+            if self.fd is not None and self.decoder.streaming_left:
+                client.splice_rest(self)
 
     def pause_writing(self) -> None:
         if self.client.gate is not None:

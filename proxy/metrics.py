@@ -85,6 +85,9 @@ class ProxyMetrics:
                                      "(terminate mode), by mechanism", ["mechanism"], registry=r)
         self.upstream_connect_failures = Counter(p + "upstream_connect_failures", "Failed connection "
                                                  "attempts to brokers", registry=r)
+        self.spliced_bytes = Counter(p + "spliced_bytes", "Fetch response bytes moved from broker "
+                                     "to client by splice(2), not through the proxy's memory",
+                                     registry=r)
         self._apis: dict[int, ApiMetrics] = {}
         r.register(ApiCollector(self._apis))
 

@@ -34,6 +34,8 @@ from .quota_metrics import QuotaCollector
 from .quota_stages import QuotaCharge, QuotaSettle, ThrottleMerge, mutation_permits
 from .reload import watch_config
 from .sasl_stages import Principals, SaslInspect, SaslTerminate
+from .splice import PipePool
+from .splice import supported as splice_supported
 from .stages import Pipeline, RequestStage, ResponseStage
 from .tls import server_context, upstream_context, watch_certificates
 from .usage_log import UsageCollector, UsageMeter, UsageWriter, default_instance
@@ -85,6 +87,9 @@ class Proxy:
             self.engine.usage = self.usage
             self.metrics.registry.register(UsageCollector(self.usage))
         self.connections: set[ClientConnection] = set()
+        # Empty pipes for moving large Fetch responses with splice(2) (proxy.splice).
+        self.pipes = PipePool()
+        self.splicing = settings.splice and splice_supported()
         self._per_ip: dict[str, int] = {}
         self.ssl_mapper = SslPrincipalMapper.from_rules(settings.ssl_principal_mapping_rules)
         self.server_ssl = server_context(settings.tls) if settings.tls else None
@@ -285,6 +290,7 @@ class Proxy:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
+        self.pipes.close()
         log.info("stopped")
 
     async def run_until_signalled(self) -> None:

@@ -5,7 +5,9 @@ rewritten. The scripted broker writes its responses in parts, with pauses betwee
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import re
 import struct
 from typing import Any
 
@@ -173,3 +175,106 @@ def test_a_client_gone_mid_stream_harms_nothing(caplog: Any) -> None:
             other.close()
     run(scenario())
     assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")]
+
+
+# -- splice(2): the rest of a large Fetch moved broker -> client in the kernel ------------------
+
+BIG = bytes(range(256)) * (4 * STREAM_FROM // 256)  # 256 KiB of records, every byte value
+
+
+def spliced(h: Any) -> float:
+    return h.proxy.metrics.spliced_bytes._value.get()  # type: ignore[no-any-return]
+
+
+def test_the_rest_of_a_large_fetch_is_spliced_exactly_and_in_order() -> None:
+    """The first part reaches the proxy through its transport, the rest (after the broker's
+    pause) by splice; the ListGroups pipelined behind it comes after it, whole."""
+    broker = Broker(records=BIG)
+
+    async def scenario() -> None:
+        async with running(broker) as h:
+            c = await connect(h)
+            first, second = fetch(11), list_groups(0)
+            c.writer.write(c.frame(first) + c.frame(second))
+            raw1, r1 = await c.recv(first)
+            raw2, r2 = await c.recv(second)
+            body = fetch_response(11, 0, BIG)
+            assert raw1 == struct.pack(">ii", 4 + len(body), 1) + body
+            assert [p.records for t in r1.responses for p in t.partitions] == [BIG]
+            assert correlation_id_of(raw2) == 2 and r2.error_code == 0
+            # Everything after the first third (the broker paused there) went by splice.
+            assert len(raw1) - len(raw1) // 3 - 1024 <= spliced(h) < len(raw1)
+            assert h.proxy.metrics.api(1).response_bytes == len(raw1)
+            # Again on the same connection: the pipe came back to the pool and is reused.
+            assert (await c.call(fetch(11))).responses[0].partitions[0].records == BIG
+            assert len(h.proxy.pipes._free) == 1
+            c.close()
+    run(scenario())
+
+
+def test_splice_off_gives_the_same_bytes_through_the_transport() -> None:
+    broker = Broker(records=BIG)
+
+    async def scenario() -> None:
+        async with running(broker, splice=False) as h:
+            c = await connect(h)
+            request = fetch(11)
+            await c.send(request)
+            raw, _ = await c.recv(request)
+            body = fetch_response(11, 0, BIG)
+            assert raw == struct.pack(">ii", 4 + len(body), 1) + body
+            assert spliced(h) == 0
+            c.close()
+    run(scenario())
+
+
+def test_a_broker_gone_mid_splice_closes_only_that_client(caplog: Any) -> None:
+    from protocol.headers import frame_response
+
+    async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | Chunked | None:
+        if header.api_key != 1:
+            return list_groups_v0_body()
+        whole = frame_response(header.correlation_id, 0, fetch_response(header.api_version, 0, BIG))
+        if conn.frames and parse_client_id(conn.frames[0]) == "cut":
+            conn.writer.write(whole[:100_000])
+            await conn.writer.drain()
+            await asyncio.sleep(0.2)  # the proxy is splicing the rest when the broker goes
+            conn.writer.transport.abort()
+            return None
+        return Chunked(fetch_response(header.api_version, 0, BIG), (100_000,), 0.05)
+
+    async def scenario() -> None:
+        async with running(handler) as h:
+            other = await connect(h, client_id="fine")
+            c = await connect(h, client_id="cut")
+            await c.send(fetch(11))
+            got = await read_until_closed(c.reader, timeout=5)
+            assert len(got) == 100_000  # all the broker sent, then the connection closed
+            response = await other.call(fetch(11))
+            assert [p.records for t in response.responses for p in t.partitions] == [BIG]
+            assert spliced(h) > 0
+            other.close()
+    caplog.set_level(logging.INFO, logger="kafka_quota_proxy.connection")
+    run(scenario())
+    closing = [r.getMessage() for r in caplog.records if r.getMessage().startswith("closing connection")]
+    assert len(closing) == 1, closing
+    assert re.fullmatch(r"closing connection from 127\.0\.0\.1:\d+ \(ANONYMOUS, bootstrap\): broker "
+                        r"connection failed mid-response: connection closed mid-response", closing[0])
+
+
+async def read_until_closed(reader: asyncio.StreamReader, timeout: float) -> bytes:
+    data = b""
+    while True:
+        chunk = await asyncio.wait_for(reader.read(1 << 20), timeout)
+        if not chunk:
+            return data
+        data += chunk
+
+
+def correlation_id_of(raw: bytes) -> int:
+    return int(struct.unpack(">i", raw[4:8])[0])
+
+
+def parse_client_id(frame: bytes) -> str:
+    from protocol.headers import parse_request_header
+    return parse_request_header(memoryview(frame)).client_id or ""

@@ -166,6 +166,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     ("listen: 0.0.0.0:9092\n", "upstream: required"),
     ("upstream: b:9092\nnode_ports: {1: 70000}\n", "node_ports.1: port must be in 1..65535"),
     ("upstream: b:9092\nlog_level: LOUD\n", "log_level: expected one of"),
+    ("upstream: b:9092\nsplice: sometimes\n", "splice: expected true or false, got 'sometimes'"),
     ("upstream: [b:9092\n", "config: not valid YAML at line 2"),
     ("- just\n- a list\n", "config: the top level must be a mapping"),
 ])
