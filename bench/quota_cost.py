@@ -43,8 +43,11 @@ def _engine(key: QuotaKey | None) -> QuotaEngine:
 
 
 def _contexts(frames: list[bytes]) -> list[RequestContext]:
-    info = ConnectionInfo("127.0.0.1:40000", "node-1", upstream="127.0.0.1:9092")
-    return [RequestContext(parse_request_header(memoryview(f)), memoryview(f), info) for f in frames]
+    """One context per frame, each on its own connection, as in `tenants` (a connection per
+    tenant): a connection keeps its way to its sensor between requests."""
+    return [RequestContext(parse_request_header(memoryview(f)), memoryview(f),
+                           ConnectionInfo(f"127.0.0.1:{40000 + i}", "node-1", upstream="127.0.0.1:9092"))
+            for i, f in enumerate(frames)]
 
 
 def produce_ns(key: QuotaKey | None) -> float:

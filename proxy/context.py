@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from config import HostPort
@@ -24,6 +24,8 @@ class ConnectionInfo:
     sasl: Any = None  # proxy.sasl_stages.SaslState, once the client starts SASL
     ip: str = ""  # the client's address (from a PROXY header when there is one)
     metered: bool = False  # counted in the usage log's `connections` (at its first request)
+    # quota.managers.ChargeHandle by manager: this connection's way to its sensors, kept
+    charge_handles: dict[Any, Any] = field(default_factory=dict)
 
     def set_address(self, ip: str, port: int) -> None:
         self.ip = ip

@@ -36,6 +36,19 @@ def monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class Switches:
+    """QuotaEngine.switches: what decides how (and whether) a request is charged."""
+
+    version: int  # the quota store's version they were made at
+    settings: QuotaSettings  # and the settings
+    measuring: bool  # some client quota has ever been configured (QuotaEngine.measuring)
+    charging: bool  # measuring, and the mode is not "off"
+    counting_producer_ids: bool  # some producer_ids_rate has ever been configured
+    request_quotas: bool  # some request_percentage has ever been configured
+    exempting: bool  # exempt principals or client-ids are listed
+
+
 @dataclass
 class ScopeManagers:
     """The managers of one measurement scope."""
@@ -97,8 +110,7 @@ class QuotaEngine:
         self._sensors: list[LocalSensors] = []
         self.connections = ConnectionQuotas(store, self.config, self._new_sensors())
         self.throttles = ThrottleStats(settings.max_tracked_entities)
-        # (store version, any client quota ever configured, any producer_ids_rate ever configured)
-        self._enabled: tuple[int, bool, bool] = (-1, False, False)
+        self._switches: Switches | None = None
         self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
         # The usage log's meter (proxy.usage_log.UsageMeter), told of every throttle; None when off.
         self.usage: Any = None
@@ -138,23 +150,28 @@ class QuotaEngine:
     def measuring(self) -> bool:
         """False until some client quota has ever been configured (Kafka's sticky per-type
         flags): until then the managers record nothing, so requests need not visit them."""
-        return self._flags()[1]
+        return self.switches().measuring
 
     @property
     def counting_producer_ids(self) -> bool:
         """Whether a `producer_ids_rate` has ever been configured: Produce requests are then
         read for their producer ids."""
-        return self._flags()[2]
+        return self.switches().counting_producer_ids
 
-    def _flags(self) -> tuple[int, bool, bool]:
-        # Both are asked on every request; they change only with the quota store's version.
-        flags = self._enabled
-        store = self.store
-        if flags[0] != store.version:
+    def switches(self) -> Switches:
+        """What every request asks before it is charged, in one call. Made again only when the
+        quotas (the store's version) or the settings change."""
+        found = self._switches
+        store, settings = self.store, self.settings
+        if found is None or found.version != store.version or found.settings is not settings:
             measuring = any(store.quota_types_enabled(key) for key in CLIENT_KEYS | USER_ONLY_KEYS)
-            pids = bool(store.quota_types_enabled(QuotaKey.PRODUCER_IDS_RATE))
-            flags = self._enabled = (store.version, measuring, pids)
-        return flags
+            found = self._switches = Switches(
+                version=store.version, settings=settings, measuring=measuring,
+                charging=measuring and settings.mode != "off",
+                counting_producer_ids=bool(store.quota_types_enabled(QuotaKey.PRODUCER_IDS_RATE)),
+                request_quotas=bool(store.quota_types_enabled(QuotaKey.REQUEST_PERCENTAGE)),
+                exempting=bool(settings.exempt_principals or settings.exempt_client_ids))
+        return found
 
     def exempt(self, principal: str, client_id: str | None) -> bool:
         s = self.settings

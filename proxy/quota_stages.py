@@ -47,7 +47,7 @@ from quota.producer_ids import ProducerIdQuotaManager
 from quota.resolution import sanitize_user
 
 from .context import RequestContext
-from .quota_engine import QuotaEngine
+from .quota_engine import QuotaEngine, ScopeManagers
 from .stages import Replacement, Reply, RequestStage, ResponseStage
 
 SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE = 17, 18, 36
@@ -82,11 +82,12 @@ class QuotaCharge(RequestStage):
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
-        if not engine.active or not engine.measuring:
+        switches = engine.switches()
+        if not switches.charging:
             return None
         conn, header = ctx.conn, ctx.header
         user, client_id = conn.principal, header.client_id or ""
-        if engine.exempt(user, client_id):
+        if switches.exempting and engine.exempt(user, client_id):
             return None
         q = engine.scope(conn.upstream)
         key = header.api_key
@@ -99,20 +100,22 @@ class QuotaCharge(RequestStage):
                 cap = self._fetch_cap(q, user, client_id)
                 if cap < info.max_bytes:
                     ctx.patch(info.max_bytes_at, INT32.pack(max(int(cap), 1)))
-        ctx.quota = q
+        if key == FETCH or switches.request_quotas:
+            ctx.quota = q  # QuotaSettle has the response to charge: Fetch bytes, request time
         if key == PRODUCE:
             now = engine.clock()
-            if engine.counting_producer_ids:
+            if switches.counting_producer_ids:
                 refused = self._producer_ids(ctx, q.producer_ids, user, now)
                 if refused is not None:
                     return refused
             # Charged on arrival: the connection then reads nothing more from a client over its
             # quota until the throttle is over (see the module docstring).
-            throttle_ms = q.produce.record_and_get_throttle_ms(user, client_id, len(ctx.frame) - 4, now)
+            throttle_ms = q.produce.record_and_get_throttle_ms(user, client_id, len(ctx.frame) - 4, now,
+                                                               conn.charge_handles)
             if throttle_ms:
                 throttle(engine, ctx, "produce", throttle_ms, now)
         elif key in STRICT_FROM:
-            return self._mutation(ctx)
+            return self._mutation(ctx, q)
         return None
 
     def _producer_ids(self, ctx: RequestContext, manager: ProducerIdQuotaManager, user: str,
@@ -151,8 +154,8 @@ class QuotaCharge(RequestStage):
             return float(window_max)
         return min(window_max, quota * self.engine.config.window_ms / 1000)
 
-    def _mutation(self, ctx: RequestContext) -> Reply | None:
-        engine, q = self.engine, ctx.quota
+    def _mutation(self, ctx: RequestContext, q: ScopeManagers) -> Reply | None:
+        engine = self.engine
         user, client_id = _client(ctx)
         request = ctx.decode_request()
         permits = ctx.permits = mutation_permits(ctx.api_key, request, self.topic_partitions)
@@ -268,10 +271,10 @@ class QuotaSettle(ResponseStage):
         self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
-        # Only Fetch bytes and request time are charged here; without a request quota a
-        # Produce (charged on arrival) or a Metadata response has nothing left to settle.
-        q = ctx.quota
-        return q is not None and (ctx.api_key == FETCH or q.request.quotas_enabled)
+        # Only Fetch bytes and request time are charged here: QuotaCharge sets ctx.quota for
+        # those alone. Without a request quota a Produce (charged on arrival) or a Metadata
+        # response has nothing left to settle.
+        return ctx.quota is not None
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
         return self._settle(ctx, body, len(body))
@@ -291,10 +294,11 @@ class QuotaSettle(ResponseStage):
         request_throttle = 0
         if key not in REQUEST_QUOTA_EXEMPT and q.request.quotas_enabled:
             request_throttle = q.request.record_and_get_throttle_ms(
-                user, client_id, request_time_ms(ctx, perf_counter()), now)
+                user, client_id, request_time_ms(ctx, perf_counter()), now, ctx.conn.charge_handles)
         if key == FETCH:
             size = body_size + 4  # FetchResponse.sizeOf: the body and its 4-byte size
-            fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now)
+            fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now,
+                                                                ctx.conn.charge_handles)
             if fetch_throttle > 0 or request_throttle > 0:
                 throttle(engine, ctx, "fetch", fetch_throttle, now)
                 throttle(engine, ctx, "request", request_throttle, now)

@@ -15,7 +15,7 @@ from typing import cast
 from .entities import DEFAULT, QuotaKey
 from .rate import MetricConfig, Rate
 from .resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Tags
-from .sensors import Sensors
+from .sensors import SensorHandle, Sensors
 from .throttle import INT_MAX, java_round, rate_throttle_time_ms, token_bucket_throttle_time_ms
 from .token_bucket import TokenBucket
 
@@ -46,6 +46,7 @@ class _ResolvedQuota:
         self.quota_type = QUOTA_TYPES[key]
         self.config = config
         self.sensors = sensors
+        self.store = store
         self.resolver = QuotaResolver(store, key)
 
     @property
@@ -59,6 +60,24 @@ class _ResolvedQuota:
     def quota(self, user: str, client_id: str | None) -> float | None:
         """The bound that applies to this client; None = unlimited."""
         return self.resolver.resolve(user, client_id).quota
+
+
+class ChargeHandle:
+    """What one client connection keeps per quota manager, so that its next charge skips
+    resolving its quota and looking its sensor up: good while the quotas (the store's version),
+    the principal and the client-id stay as they were and the sensor lives. Measured under the
+    100-tenant Produce load, the quota path cost the proxy ~9 µs of CPU per request, four times
+    what it takes in a tight loop; most of it was these lookups' calls and dictionary probes."""
+
+    __slots__ = ("version", "user", "client_id", "bound", "sensor")
+
+    def __init__(self, version: int, user: str, client_id: str | None, bound: float | None,
+                 sensor: SensorHandle) -> None:
+        self.version = version
+        self.user = user
+        self.client_id = client_id
+        self.bound = bound
+        self.sensor = sensor
 
 
 class ClientQuotaManager(_ResolvedQuota):
@@ -79,16 +98,25 @@ class ClientQuotaManager(_ResolvedQuota):
         self._new_rate = lambda: Rate(config)
 
     def record_and_get_throttle_ms(self, user: str, client_id: str | None, value: float,
-                                   now_ms: float) -> int:
-        """Record `value` at `now_ms` and return how long to throttle the client (0 if within quota)."""
-        res = self.resolver.resolve_if_enabled(user, client_id)
-        if res is None:
-            return 0
-        rate = self.sensors.get_or_create(res.sensor_key, now_ms, self._new_rate)
-        if rate is None:
-            return 0  # entity cap reached: not measured, so not throttled (counted in `dropped`)
+                                   now_ms: float, handles: dict[object, ChargeHandle] | None = None) -> int:
+        """Record `value` at `now_ms` and return how long to throttle the client (0 if within quota).
+        `handles`: the caller's kept `ChargeHandle`s by manager (one client connection's)."""
+        kept = handles.get(self) if handles is not None else None
+        if (kept is not None and kept.version == self.store.version and kept.user == user
+                and kept.client_id == client_id and self.sensors.touch(kept.sensor, now_ms)):
+            sensor, bound = kept.sensor, kept.bound
+        else:
+            res = self.resolver.resolve_if_enabled(user, client_id)
+            if res is None:
+                return 0
+            found = self.sensors.handle(res.sensor_key, now_ms, self._new_rate)
+            if found is None:
+                return 0  # entity cap reached: not measured, so not throttled (counted in `dropped`)
+            sensor, bound = found, res.quota
+            if handles is not None:
+                handles[self] = ChargeHandle(self.store.version, user, client_id, bound, sensor)
+        rate: Rate = sensor.stat  # type: ignore[assignment]  # (no cast() call on this path)
         rate.record(value, now_ms)
-        bound = res.quota
         if bound is None:
             return 0
         measured = rate.measure(now_ms)
@@ -137,9 +165,10 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         self._exempt = Rate(config)
 
     def record_and_get_throttle_ms(self, user: str, client_id: str | None, time_ms: float,
-                                   now_ms: float) -> int:
+                                   now_ms: float, handles: dict[object, ChargeHandle] | None = None) -> int:
         """Record the request's time in ms (its io-thread time, in Kafka) and return the throttle."""
-        return super().record_and_get_throttle_ms(user, client_id, time_ms_to_percentage(time_ms), now_ms)
+        return super().record_and_get_throttle_ms(user, client_id, time_ms_to_percentage(time_ms), now_ms,
+                                                  handles)
 
     def record_no_throttle(self, user: str, client_id: str | None, time_ms: float,
                            now_ms: float) -> None:

@@ -29,6 +29,9 @@ class MetricConfig:
         return self.window_ms / 1000.0
 
 
+_EXACT = float(2**53)  # below this every whole number is a float, and sums of them are exact
+
+
 def _trunc_div(a: float, b: int) -> int:
     # Java's long division truncates toward zero; it only matters if the clock went backwards.
     return int(a // b) if a >= 0 else -int(-a // b)
@@ -44,7 +47,7 @@ class Rate:
     """
 
     __slots__ = ("config", "_slots", "_window", "_expire_age", "_min_full", "_current",
-                 "_starts", "_lasts", "_values", "_purge_due", "_oldest")
+                 "_starts", "_lasts", "_values", "_purge_due", "_oldest", "_total", "_exact")
 
     def __init__(self, config: MetricConfig) -> None:
         self.config = config
@@ -64,6 +67,12 @@ class Rate:
         # min(starts), or None once a start has changed and it must be found again.
         self._purge_due = float("inf")
         self._oldest: float | None = None
+        # The sum of `_values`, kept as they change, while `_exact`: every value recorded is a
+        # whole number and the running sum stays below 2**53, so each addition and subtraction
+        # is exact and the sum equals Kafka's left-to-right one to the bit. Byte counts always
+        # are; request-time percentages are not, and such a Rate sums its samples every time.
+        self._total = 0.0
+        self._exact = True
 
     def _new_sample(self, now_ms: float) -> None:
         self._starts.append(now_ms)
@@ -89,9 +98,15 @@ class Rate:
             else:
                 starts[cur] = now_ms
                 self._lasts[cur] = now_ms
+                self._total -= self._values[cur]
                 self._values[cur] = 0.0
                 self._oldest = None
         self._values[cur] += value
+        if self._exact:
+            total = self._total + value
+            if value % 1 or not -_EXACT < total < _EXACT:
+                self._exact = False
+            self._total = total
         self._lasts[cur] = now_ms
         if now_ms + self._expire_age < self._purge_due:
             self._purge_due = now_ms + self._expire_age  # the clock went back
@@ -106,6 +121,7 @@ class Rate:
             if now_ms - lasts[i] >= age:
                 self._starts[i] = now_ms
                 lasts[i] = now_ms
+                self._total -= self._values[i]
                 self._values[i] = 0.0
                 self._oldest = None
         self._purge_due = min(lasts) + age if lasts else float("inf")
@@ -117,6 +133,8 @@ class Rate:
         return oldest
 
     def _sum(self) -> float:
+        if self._exact:
+            return self._total
         # A plain left-to-right sum as Java's WindowedSum; Python 3.12's sum() compensates, which
         # could differ from Kafka in the last bit.
         total = 0.0
@@ -139,16 +157,23 @@ class Rate:
         if not self._starts:
             # Kafka's oldest() creates the first sample here, at `now`; later records land in it.
             self._new_sample(now_ms)
-        elapsed = now_ms - self._oldest_start()
-        full = _trunc_div(elapsed, self._window)
+        oldest = self._oldest
+        if oldest is None:
+            oldest = self._oldest_start()
+        elapsed = now_ms - oldest
+        full = int(elapsed // self._window) if elapsed >= 0 else _trunc_div(elapsed, self._window)
         if full < self._min_full:
             elapsed += (self._min_full - full) * self._window
         return float(max(elapsed, 1))
 
     def measure(self, now_ms: float) -> float:
         """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""
-        self._purge(now_ms)
-        return self._sum() / (self._window_size_after_purge(now_ms) / 1000.0)
+        # Every charged request measures: the checks that usually find nothing to do are made
+        # here rather than in the calls they would skip.
+        if now_ms >= self._purge_due:
+            self._purge(now_ms)
+        total = self._total if self._exact else self._sum()
+        return total / (self._window_size_after_purge(now_ms) / 1000.0)
 
     def __repr__(self) -> str:
         return (f"Rate(samples={self.config.samples}, window_ms={self.config.window_ms}, "

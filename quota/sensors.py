@@ -35,6 +35,16 @@ class Sensors(Protocol):
         """The live stat for `key` without touching it (for metrics), or None."""
         ...
 
+    def handle(self, key: Hashable, now_ms: float, factory: Callable[[], S]) -> SensorHandle | None:
+        """`get_or_create`, as a handle a caller may keep and `touch` instead of looking the key
+        up again."""
+        ...
+
+    def touch(self, handle: SensorHandle, now_ms: float) -> bool:
+        """Use a kept handle as `get_or_create` would use its key: touched at `now_ms`. False
+        if its entry has expired or been removed meanwhile; then call `handle` again."""
+        ...
+
     def remove(self, key: Hashable) -> None: ...
 
     def expire(self, now_ms: float) -> int:
@@ -48,12 +58,18 @@ class Sensors(Protocol):
     def __len__(self) -> int: ...
 
 
-class _Entry:
-    __slots__ = ("stat", "last_ms")
+class SensorHandle:
+    """One entry of a sensor store, kept by a caller that records into it again and again (a
+    client connection): `touch` it instead of looking its key up. `live` turns False when the
+    store drops the entry."""
 
-    def __init__(self, stat: object, last_ms: float) -> None:
+    __slots__ = ("key", "stat", "last_ms", "live")
+
+    def __init__(self, key: Hashable, stat: object, last_ms: float) -> None:
+        self.key = key
         self.stat = stat
         self.last_ms = last_ms
+        self.live = True
 
 
 class LocalSensors:
@@ -76,7 +92,7 @@ class LocalSensors:
         self.config = config
         self.max_entities = max_entities
         self.expiry_ms = expiry_ms
-        self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
+        self._entries: OrderedDict[Hashable, SensorHandle] = OrderedDict()
         self._dropped = 0
 
     @property
@@ -84,23 +100,36 @@ class LocalSensors:
         return self._dropped
 
     def get_or_create(self, key: Hashable, now_ms: float, factory: Callable[[], S]) -> S | None:
+        entry = self.handle(key, now_ms, factory)
+        return None if entry is None else entry.stat  # type: ignore[return-value]  # a key's factory never changes
+
+    def handle(self, key: Hashable, now_ms: float, factory: Callable[[], S]) -> SensorHandle | None:
         entries = self._entries
         entry = entries.get(key)
         if entry is not None:
-            if now_ms - entry.last_ms <= self.expiry_ms:
-                if now_ms > entry.last_ms:
-                    entry.last_ms = now_ms
-                entries.move_to_end(key)
-                return entry.stat  # type: ignore[return-value]  # the factory for a key never changes
-            del entries[key]  # expired: a new sensor, counters from zero
+            if self.touch(entry, now_ms):
+                return entry
+            self._drop(key)  # expired: a new sensor, counters from zero
         if len(entries) >= self.max_entities:
             self.expire(now_ms)
             if len(entries) >= self.max_entities:
                 self._dropped += 1
                 return None
-        stat = factory()
-        entries[key] = _Entry(stat, now_ms)
-        return stat
+        entry = entries[key] = SensorHandle(key, factory(), now_ms)
+        return entry
+
+    def touch(self, handle: SensorHandle, now_ms: float) -> bool:
+        if not handle.live or now_ms - handle.last_ms > self.expiry_ms:
+            return False
+        if now_ms > handle.last_ms:
+            handle.last_ms = now_ms
+        self._entries.move_to_end(handle.key)  # kept in order of last use, for `expire`
+        return True
+
+    def _drop(self, key: Hashable) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            entry.live = False
 
     def rate(self, key: Hashable, now_ms: float) -> Rate | None:
         """`get_or_create` with a `Rate` of this store's config."""
@@ -111,12 +140,12 @@ class LocalSensors:
         if entry is None:
             return None
         if now_ms - entry.last_ms > self.expiry_ms:
-            del self._entries[key]
+            self._drop(key)
             return None
         return entry.stat
 
     def remove(self, key: Hashable) -> None:
-        self._entries.pop(key, None)
+        self._drop(key)
 
     def expire(self, now_ms: float) -> int:
         entries = self._entries
@@ -127,6 +156,7 @@ class LocalSensors:
             if now_ms - entry.last_ms <= limit:
                 break
             del entries[key]
+            entry.live = False
             removed += 1
         return removed
 

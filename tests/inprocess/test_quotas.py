@@ -1018,6 +1018,16 @@ def test_reload_applies_new_quotas_and_refuses_a_bad_file(tmp_path: Path,
             assert reload_config(str(path), h.proxy)
             assert h.proxy.engine.settings.mode == "observe"
             assert effective(h) == {C: {"producer_byte_rate": 500}}
+            # On the connection already charged (it keeps its way to its sensor), each switch
+            # holds from the next request on.
+            now[0] += 20_000
+            assert (await c.call(produce(7, 10_080))).throttle_time_ms == 0  # observed only
+            # (Enforced last: a throttled client is not read again until its throttle is over.)
+            for mode, expected in (("off", 0), ("observe", 0), ("enforce", kafka_throttle(1008, 500))):
+                write_config(path, broker, listen, node, quota={"mode": mode}, quotas=PRODUCE_QUOTA)
+                assert reload_config(str(path), h.proxy)
+                now[0] += 20_000
+                assert (await c.call(produce(7, 10_080))).throttle_time_ms == expected, mode
             c.close()
         await broker.stop()
     with caplog.at_level("ERROR", logger="kafka_quota_proxy"):

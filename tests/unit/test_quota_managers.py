@@ -491,3 +491,56 @@ def test_connection_entity_cap() -> None:
     assert accept(quotas, "10.0.0.2", 2) == [0, 0]  # not measured
     assert sensors.dropped == 2
     assert isinstance(sensors.get(("ip", "10.0.0.1"), 0), Rate)
+
+
+# --- ChargeHandle: a connection's kept way to its sensor ------------------------------------
+
+@pytest.mark.parametrize("seed", range(10))
+def test_charging_through_kept_handles_is_the_same_as_looking_up(seed: int) -> None:
+    """Two managers on one store, one charged through per-connection handles, one by looking
+    each request up: over random clients, principals changing, quotas changing and sensors
+    expiring (a short expiry) or dropped at the entity cap, every throttle and rate agrees."""
+    import random
+
+    rnd = random.Random(seed)
+    store = QuotaStore({E(client_id=DEFAULT): {P: 5000.0}})
+    kept = produce(store, max_entities=4, expiry_ms=3000)
+    plain = produce(store, max_entities=4, expiry_ms=3000)
+    # A connection: its handles, its principal, its client-id (either changes now and then).
+    connections: list[tuple[dict[object, object], list[str | None]]] = [
+        ({}, ["ANONYMOUS", f"c{i % 3}"]) for i in range(6)]
+    now = 0
+    for _ in range(4000):
+        now += rnd.choice([0, 1, 7, 100, 250, 4000 if rnd.random() < 0.02 else 0])
+        if rnd.random() < 0.01:
+            store.set(E(client_id=f"c{rnd.randrange(3)}"), P, float(rnd.choice([1000, 20000])))
+        if rnd.random() < 0.005:
+            store.set(E(user="alice"), P, 3000.0)
+        handles, who = rnd.choice(connections)
+        if rnd.random() < 0.03:
+            who[0] = rnd.choice(["ANONYMOUS", "alice", "bob"])
+        if rnd.random() < 0.03:
+            who[1] = rnd.choice(["c0", "c1", "c2", "other", None])
+        user, client = who
+        assert user is not None
+        value = rnd.choice([100, 1000, 10_000])
+        expected = plain.record_and_get_throttle_ms(user, client, value, now)
+        assert kept.record_and_get_throttle_ms(user, client, value, now, handles) == expected
+        assert kept.measure(user, client, now) == plain.measure(user, client, now)
+    assert kept.sensors.dropped == plain.sensors.dropped > 0
+
+
+def test_a_kept_handle_is_dropped_when_its_sensor_is_gone() -> None:
+    store = QuotaStore({E(client_id=DEFAULT): {P: 100.0}})
+    m = produce(store, expiry_ms=1000)
+    handles: dict[object, object] = {}
+    m.record_and_get_throttle_ms("ANONYMOUS", "app", 500, 0, handles)
+    first = handles[m]
+    m.sensors.remove(("Produce", "", "app"))
+    # A fresh sensor (counters from zero), not the removed one: 500 B over 10 s = 50 B/s.
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 500, 10, handles) == 0
+    assert handles[m] is not first and m.measure("ANONYMOUS", "app", 10) == 50.0
+    # Expired (idle for more than 1 s): again a fresh one.
+    second = handles[m]
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 500, 2000, handles) == 0
+    assert handles[m] is not second and m.measure("ANONYMOUS", "app", 2000) == 50.0

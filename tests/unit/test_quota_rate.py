@@ -138,6 +138,22 @@ def test_measure_at_the_exact_start_uses_the_padded_window() -> None:
     assert rate.measure(10_500) == 100 / 10.5
 
 
+def test_the_running_sum_is_kept_only_while_it_is_exact() -> None:
+    whole = Rate(MetricConfig(samples=2, window_ms=1000))
+    for t, v in ((0, 1024), (1000, -512), (1500, 7.0)):
+        whole.record(v, t)
+    assert whole._exact and whole.total(1500) == 1024 - 512 + 7.0
+    huge = Rate(MetricConfig(samples=2, window_ms=1000))
+    huge.record(2.0**53 - 2, 0)
+    assert huge._exact
+    huge.record(3, 1000)  # 2**53 + 1 is not a float: from here on the samples are summed
+    assert not huge._exact and huge.total(1000) == (2.0**53 - 2) + 3.0
+    fractional = Rate(MetricConfig(samples=2, window_ms=1000))
+    fractional.record(1, 0)
+    fractional.record(0.5, 10)  # a request-time percentage
+    assert not fractional._exact and fractional.total(10) == 1.5
+
+
 def test_negative_record_unrecords() -> None:
     rate = Rate(MetricConfig())
     rate.record(1000, 0)
@@ -186,11 +202,14 @@ class _PlainRate:
         return total / (max(elapsed, 1) / 1000.0)
 
 
+@pytest.mark.parametrize("values", ["fractional", "whole", "mixed"])
 @pytest.mark.parametrize("seed", range(20))
-def test_rate_measures_exactly_as_the_plain_algorithm(seed: int) -> None:
-    """`Rate` keeps two caches (when a purge can next be due, and the oldest start) so that a
-    measure need not scan the ring; over random records, quiet gaps long enough to expire
-    samples, and the clock going back, every measure equals the plain algorithm's to the bit."""
+def test_rate_measures_exactly_as_the_plain_algorithm(seed: int, values: str) -> None:
+    """`Rate` keeps caches (when a purge can next be due, the oldest start, and the running sum
+    while every value is whole) so that a measure need not scan the ring; over random records,
+    quiet gaps long enough to expire samples, and the clock going back, every measure equals
+    the plain algorithm's to the bit. Byte counts are whole; request-time percentages are not;
+    "mixed" turns fractional part-way through."""
     rnd = random.Random(seed)
     samples, window = rnd.choice([(11, 1000), (3, 1000), (2, 500), (1, 1000)])
     rate, plain = Rate(MetricConfig(samples=samples, window_ms=window)), _PlainRate(samples, window)
@@ -204,7 +223,9 @@ def test_rate_measures_exactly_as_the_plain_algorithm(seed: int) -> None:
         else:
             now += rnd.randrange(0, window // 2)
         if rnd.random() < 0.7:
-            value = float(rnd.choice([1, 1024, 65536])) * rnd.choice([1, 1, 1, -1]) + rnd.random()
+            value = float(rnd.choice([1, 1024, 65536])) * rnd.choice([1, 1, 1, -1])
+            if values == "fractional" or (values == "mixed" and rnd.random() < 0.01):
+                value += rnd.random()
             rate.record(value, now)
             plain.record(value, now)
         assert rate.measure(now) == plain.measure(now)

@@ -128,3 +128,17 @@ def test_custom_expiry() -> None:
 def test_rejects_negative_limits(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         LocalSensors(CONFIG, **kwargs)
+
+
+def test_a_kept_handle_is_touched_like_its_key_until_the_entry_goes() -> None:
+    s = LocalSensors(MetricConfig(), max_entities=10, expiry_ms=1000)
+    a = s.handle("a", 0, lambda: Rate(MetricConfig()))
+    b = s.handle("b", 100, lambda: Rate(MetricConfig()))
+    assert a is not None and b is not None and s.handle("a", 50, list) is a  # found, not made
+    assert s.touch(a, 900) and a.last_ms == 900
+    # Touched: "a" is now the most recently used, so expiry at 1200 takes "b" (last used at 100).
+    assert s.expire(1200) == 1 and not b.live and s.get("b", 1200) is None
+    assert not s.touch(b, 1200)
+    assert not s.touch(a, 2000)  # idle for more than the expiry
+    s.remove("a")
+    assert not a.live and not s.touch(a, 2000) and len(s) == 0
