@@ -68,7 +68,7 @@ QUOTA_BYTE_RATE = 1_000_000_000  # per tenant: configured and measured, never re
 class Sizes:
     """How long each measurement runs and how big it is: the default run and the smoke test's."""
 
-    rounds: int = 3
+    rounds: int = 5  # five, not three: quotas on/off moved by 0.1 between 5 s runs of one build
     warmup: float = 1.5
     seconds: float = 5.0
     connections: int = 4
@@ -481,14 +481,19 @@ def summarize_throughput(w: Workload) -> dict[str, Any]:
     if w.target_ratio is not None:
         targets.append(_target(f"ours / direct ≥ {w.target_ratio:.2f}", ratios[OURS], w.target_ratio, True))
     targets.append(_target("ours / direct ≥ tansu / direct", ratios[OURS], ratios[TANSU], True))
+    paired: list[float] = []
     if OURS_QUOTAS in ratios:
         on_off = values[OURS_QUOTAS] / values[OURS]
         targets.append(_target("quotas on / quotas off ≥ 0.95", on_off, 0.95, True))
+        # Round by round, the two runs of a round back to back: how far apart single pairs fall.
+        paired = [w.value(on) / w.value(off)
+                  for on, off in zip(w.runs[OURS_QUOTAS], w.runs[OURS], strict=True)]
     per_request = {p: {role: 1e6 * median([r["cpu_seconds"][role] / max(r["requests"], 1) for r in runs])
                        for role in runs[0]["cpu_seconds"]} for p, runs in w.runs.items()}
     return {"name": w.name, "title": w.title, "unit": w.unit, "values": values, "ratios": ratios,
             "runs_values": {p: [w.value(r) for r in runs] for p, runs in w.runs.items()},
             "cpu_cores": cpu, "cpu_microseconds_per_request": per_request, "targets": targets,
+            "paired_on_off": paired,
             "errors": sum(r.get("error_count", 0) for runs in w.runs.values() for r in runs),
             "runs": w.runs}
 
@@ -604,7 +609,14 @@ def markdown(report: dict[str, Any]) -> str:
         if w.get("errors"):
             lines += ["", f"**{w['errors']} errors** in this workload's runs (see the JSON)."]
         lines += [""] + [f"- target: {t['what']}: {t['value']:.3f} (bound {t['bound']:.3f}): {_met(t)}"
-                         for t in w["targets"]] + [""]
+                         for t in w["targets"]]
+        if w.get("paired_on_off"):
+            per = w["cpu_microseconds_per_request"]
+            rounds = ", ".join(f"{x:.3f}" for x in w["paired_on_off"])
+            lines += [f"- quotas on / off round by round: {rounds}",
+                      f"- proxy CPU per request (medians): quotas off {per[OURS]['proxy']:.1f} µs, "
+                      f"on {per[OURS_QUOTAS]['proxy']:.1f} µs"]
+        lines += [""]
     lines += ["CPU columns: CPU time over the measured window as a share of one core (the machine has "
               f"{m['cores']}), medians of the runs. The generator is bench.load, one process. Other jobs' "
               "CPU is the rest of the machine's busy time in the same window: when the benchmark's "
