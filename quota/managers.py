@@ -117,7 +117,7 @@ class ClientQuotaManager(_ResolvedQuota):
                 handles[self] = ChargeHandle(self.store.version, user, client_id, bound, sensor)
         rate: Rate = sensor.stat  # type: ignore[assignment]  # (no cast() call on this path)
         rate.record(value, now_ms)
-        if bound is None:
+        if bound is None or rate.surely_within(bound, now_ms):
             return 0
         measured = rate.measure(now_ms)
         if measured > bound:

@@ -47,7 +47,8 @@ class Rate:
     """
 
     __slots__ = ("config", "_slots", "_window", "_expire_age", "_min_full", "_current",
-                 "_starts", "_lasts", "_values", "_purge_due", "_oldest", "_total", "_exact")
+                 "_starts", "_lasts", "_values", "_purge_due", "_oldest", "_total", "_exact",
+                 "_min_window_s")
 
     def __init__(self, config: MetricConfig) -> None:
         self.config = config
@@ -73,6 +74,9 @@ class Rate:
         # are; request-time percentages are not, and such a Rate sums its samples every time.
         self._total = 0.0
         self._exact = True
+        # The shortest window `measure` divides by while the clock is not behind the oldest
+        # sample, (N-1) * W, in seconds, less a millionth for rounding (see `surely_within`).
+        self._min_window_s = self._min_full * self._window / 1000.0 * (1 - 1e-6)
 
     def _new_sample(self, now_ms: float) -> None:
         self._starts.append(now_ms)
@@ -165,6 +169,17 @@ class Rate:
         if full < self._min_full:
             elapsed += (self._min_full - full) * self._window
         return float(max(elapsed, 1))
+
+    def surely_within(self, bound: float, now_ms: float) -> bool:
+        """True when `measure(now_ms)` cannot be above `bound`, known without measuring: no
+        sample is due for a purge, the running sum is exact, and the clock is not behind the
+        oldest sample, so the window is at least (N-1) * W and the rate at most the sum over
+        that. False means only "measure to know". A quota manager asks this first: clients far
+        below their quota, the usual case, then skip the measure (which has nothing to change
+        then: no purge, no sample to create)."""
+        oldest = self._oldest
+        return (self._exact and now_ms < self._purge_due and oldest is not None and now_ms >= oldest
+                and self._total <= bound * self._min_window_s)
 
     def measure(self, now_ms: float) -> float:
         """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""
