@@ -6,6 +6,9 @@ Why: for large fetches the proxy's own time was almost all system calls copying 
 and on a machine it shares with the broker every cycle it spends is one the broker lacks. A splice
 from a TCP socket into a pipe takes references to the received pages, and one from the pipe into
 a TCP socket hands those pages on; the bytes are not copied through user space at all.
+Measured on that load against `splice: false`: the proxy's CPU went from 42-43% to 38-40% of a
+core, and throughput did not change. The copies turned out to be a small part of those calls;
+most of their time is the TCP send itself and loopback delivery, which any relay pays.
 
 Only plain TCP on both sides qualifies (TLS needs the bytes in user space), and only the part of a
 response the proxy does not need to look at: everything after the head its response stages read
