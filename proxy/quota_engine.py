@@ -175,8 +175,6 @@ class QuotaEngine:
 
     def exempt(self, principal: str, client_id: str | None) -> bool:
         s = self.settings
-        if not (s.exempt_principals or s.exempt_client_ids):
-            return False  # the usual case, asked on every charged request
         return principal in s.exempt_principals or (client_id or "") in s.exempt_client_ids
 
     # -- managers ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The rest of a large Fetch response moved from the broker's socket to the client's inside the
 kernel, with splice(2) through a pipe, instead of being read into Python and written out again.
 
-Why: for large fetches the proxy's own time was almost all system calls copying bytes in and out
+Why: for large fetches the proxy's own time was almost all system calls moving bytes in and out
 (read 14%, write and writev 41% of its samples in a native profile of the fetch-large benchmark),
 and on a machine it shares with the broker every cycle it spends is one the broker lacks. A splice
 from a TCP socket into a pipe takes references to the received pages, and one from the pipe into
@@ -29,8 +29,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-# Below this many bytes still to come, the copy through Python is cheaper than setting up a splice
-# (two dup(2)s, the event-loop registrations, two close(2)s).
+# A splice starts only with at least this much still to come, so that its setup (two dup(2)s, the
+# event-loop registrations, two close(2)s) is spread over that many bytes. Chosen, not tuned.
 SPLICE_FROM = 64 * 1024
 
 PIPE_BYTES = 1 << 20  # the default /proc/sys/fs/pipe-max-size, which anyone may ask for

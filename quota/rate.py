@@ -187,8 +187,7 @@ class Rate:
         # here rather than in the calls they would skip.
         if now_ms >= self._purge_due:
             self._purge(now_ms)
-        total = self._total if self._exact else self._sum()
-        return total / (self._window_size_after_purge(now_ms) / 1000.0)
+        return self._sum() / (self._window_size_after_purge(now_ms) / 1000.0)
 
     def __repr__(self) -> str:
         return (f"Rate(samples={self.config.samples}, window_ms={self.config.window_ms}, "

@@ -155,8 +155,7 @@ class LocalSensors:
             key, entry = next(iter(entries.items()))
             if now_ms - entry.last_ms <= limit:
                 break
-            del entries[key]
-            entry.live = False
+            self._drop(key)
             removed += 1
         return removed
 
