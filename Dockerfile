@@ -2,7 +2,7 @@
 #
 # kafka-quota-proxy image. Build from the repository root:  docker build -t kafka-quota-proxy .
 #
-# Ports (the defaults of config/settings.py; publish the ones your config actually uses):
+# Ports (the defaults of kafka_quota_proxy/config/settings.py; publish the ones your config actually uses):
 #   9092        bootstrap listener                     (`listen`, default 0.0.0.0:9092)
 #   9093-9099   one listener per broker: node_port(id) = node_port_base + id, where
 #               node_port_base defaults to the listen port + 1, so broker ids 0..6 -> 9093..9099.
@@ -18,12 +18,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY protocol/ protocol/
-COPY quota/ quota/
-COPY proxy/ proxy/
-COPY config/ config/
-COPY identity/ identity/
-COPY analytics/ analytics/
+COPY kafka_quota_proxy/ kafka_quota_proxy/
 RUN pip wheel --wheel-dir /wheels .
 
 # ---- runtime: install the wheels only, run as an unprivileged user --------------------------------

@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 # free) and a consumer through it with a live view, and stops by itself (or on Ctrl-C), leaving
 # nothing running.
 demo: $(STAMP)
-	$(BIN)/kafka-quota-proxy demo
+	$(BIN)/python -m devkit.demo
 
 test: $(STAMP)
 	$(BIN)/ruff check .

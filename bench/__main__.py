@@ -8,7 +8,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from . import analytics, producer_ids, quota_cost, throughput
+from bench import analytics, producer_ids, quota_cost, throughput
 
 # In this order: what is timed finely runs first. Spark's JVM outlives spark.stop() until this
 # process exits (2.3 GB resident, a few percent of a core), so analytics comes last.

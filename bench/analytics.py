@@ -24,12 +24,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analytics.generate import generate, make_plan
-from analytics.pipeline import Options, Summary, analyze
-from analytics.quota_file import Quotas, load_quota_file
-from analytics.replay import replay_unit
-from analytics.session import start
-from quota.rate import MetricConfig
+from kafka_quota_proxy.analytics.generate import generate, make_plan
+from kafka_quota_proxy.analytics.pipeline import Options, Summary, analyze
+from kafka_quota_proxy.analytics.quota_file import Quotas, load_quota_file
+from kafka_quota_proxy.analytics.replay import replay_unit
+from kafka_quota_proxy.analytics.session import start
+from kafka_quota_proxy.quota.rate import MetricConfig
 
 TENANTS = 100
 DAYS = 12

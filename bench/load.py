@@ -38,7 +38,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from protocol.headers import response_body_offset
+from kafka_quota_proxy.protocol.headers import response_body_offset
 
 PRODUCE_VERSION = 9  # the newest that still names topics (v13 uses topic ids); flexible
 FETCH_VERSION = 12  # likewise for Fetch

@@ -23,15 +23,15 @@ from typing import Any
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from config.quota_settings import QuotaSettings
-from protocol.headers import parse_request_header
-from protocol.produce import producer_ids
-from proxy.context import ConnectionInfo, RequestContext
-from proxy.quota_engine import QuotaEngine
-from proxy.quota_stages import QuotaCharge
-from quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from quota.producer_ids import ProducerIdCache
-from quota.resolution import QuotaStore
+from kafka_quota_proxy.config.quota_settings import QuotaSettings
+from kafka_quota_proxy.protocol.headers import parse_request_header
+from kafka_quota_proxy.protocol.produce import producer_ids
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.stages.quota import QuotaCharge
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.producer_ids import ProducerIdCache
+from kafka_quota_proxy.quota.resolution import QuotaStore
 
 ROUNDS = 5
 CALLS = 20_000

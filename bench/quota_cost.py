@@ -17,13 +17,13 @@ import struct
 
 from bench.load import FETCH_VERSION, fetch_frame, produce_frame, record_batch
 from bench.producer_ids import best_ns
-from config.quota_settings import QuotaSettings
-from protocol.headers import parse_request_header
-from proxy.context import ConnectionInfo, RequestContext
-from proxy.quota_engine import QuotaEngine
-from proxy.quota_stages import QuotaCharge, QuotaSettle, ThrottleMerge
-from quota.entities import QuotaEntity, QuotaKey
-from quota.resolution import QuotaStore
+from kafka_quota_proxy.config.quota_settings import QuotaSettings
+from kafka_quota_proxy.protocol.headers import parse_request_header
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.stages.quota import QuotaCharge, QuotaSettle, ThrottleMerge
+from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.resolution import QuotaStore
 
 TENANTS = 100
 QUOTA = 1e12  # configured and measured, never reached: the cost of accounting, not of throttling

@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from .throughput import (
+from bench.throughput import (
     OURS,
     OURS_QUOTAS,
     WORKLOADS,

@@ -20,9 +20,9 @@ pytest.importorskip("pandas", reason="the usage pipeline needs the spark extra")
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from analytics.generate import generate, make_plan  # noqa: E402
-from analytics.session import start  # noqa: E402
-from quota import usage  # noqa: E402
+from kafka_quota_proxy.analytics.generate import generate, make_plan  # noqa: E402
+from kafka_quota_proxy.analytics.session import start  # noqa: E402
+from kafka_quota_proxy.quota import usage  # noqa: E402
 
 PLAN = {"tenants": 40, "days": 1, "interval_s": 60, "outliers": 3, "seed": 7}
 
@@ -76,7 +76,7 @@ def analyzed(spark: SparkSession, generated: Generated, tmp_path_factory: pytest
     from contextlib import redirect_stdout
     from io import StringIO
 
-    from analytics.cli import main
+    from kafka_quota_proxy.analytics.cli import main
 
     out = tmp_path_factory.mktemp("report")
     buffer = StringIO()

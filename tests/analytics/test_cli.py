@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from analytics.cli import main
-from analytics.generate import MANIFEST
+from kafka_quota_proxy.analytics.cli import main
+from kafka_quota_proxy.analytics.generate import MANIFEST
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:

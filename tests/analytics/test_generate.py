@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from analytics.generate import (
+from kafka_quota_proxy.analytics.generate import (
     MANIFEST,
     GenerateError,
     generate,
     hour_lines,
     make_plan,
 )
-from quota import usage
+from kafka_quota_proxy.quota import usage
 
 
 def shape(record: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -19,18 +19,17 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from analytics.measures import BY_NAME
-from analytics.pipeline import Options, analyze
-from analytics.quota_file import load_quota_file
-from analytics.reading import ingest
-from analytics.recommend import kafka_configs_command
-from analytics.stats import ACCURACY
-from config.quota_settings import parse_quota_list, validate_quota_entries
-from quota import usage
-from quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from quota.resolution import QuotaResolver, QuotaStore
-
-from .conftest import Analyzed, Generated, bad_lines
+from kafka_quota_proxy.analytics.measures import BY_NAME
+from kafka_quota_proxy.analytics.pipeline import Options, analyze
+from kafka_quota_proxy.analytics.quota_file import load_quota_file
+from kafka_quota_proxy.analytics.reading import ingest
+from kafka_quota_proxy.analytics.recommend import kafka_configs_command
+from kafka_quota_proxy.analytics.stats import ACCURACY
+from kafka_quota_proxy.config.quota_settings import parse_quota_list, validate_quota_entries
+from kafka_quota_proxy.quota import usage
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
+from tests.analytics.conftest import Analyzed, Generated, bad_lines
 
 TABLES = ("tenants", "hourly", "hour_of_day", "users", "outliers", "recommendations", "replay")
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from analytics.measures import FETCH, MUTATIONS, PRODUCE, PRODUCER_IDS, REQUEST
-from analytics.readable import format_bytes, round_up_2sig, round_up_bytes
-from analytics.recommend import (
+from kafka_quota_proxy.analytics.measures import FETCH, MUTATIONS, PRODUCE, PRODUCER_IDS, REQUEST
+from kafka_quota_proxy.analytics.readable import format_bytes, round_up_2sig, round_up_bytes
+from kafka_quota_proxy.analytics.recommend import (
     TenantDemand,
     UserDemand,
     entity_mode,
@@ -16,9 +16,9 @@ from analytics.recommend import (
     nearest_rank,
     recommend,
 )
-from config.quota_settings import parse_quota_list, validate_quota_entries
-from quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from quota.resolution import QuotaResolver, QuotaStore
+from kafka_quota_proxy.config.quota_settings import parse_quota_list, validate_quota_entries
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 P, F, R, M, IDS = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE,
                  QuotaKey.CONTROLLER_MUTATION_RATE, QuotaKey.PRODUCER_IDS_RATE)

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analytics.generate import hour_lines, make_plan
-from analytics.replay import demand_bytes, replay_unit, spread
-from quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from quota.rate import MetricConfig
+from kafka_quota_proxy.analytics.generate import hour_lines, make_plan
+from kafka_quota_proxy.analytics.replay import demand_bytes, replay_unit, spread
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.rate import MetricConfig
 
 P = QuotaKey.PRODUCER_BYTE_RATE
 F = QuotaKey.CONSUMER_BYTE_RATE

@@ -21,7 +21,7 @@ def number(text: str) -> int:
 
 
 def test_demo_runs_throttles_and_cleans_up() -> None:
-    result = subprocess.run([sys.executable, "-m", "proxy.cli", "demo", "--seconds", "20"],
+    result = subprocess.run([sys.executable, "-m", "devkit.demo", "--seconds", "20"],
                             cwd=REPO, capture_output=True, text=True, timeout=150)
     out = result.stdout
     assert result.returncode == 0, f"exit {result.returncode}\n{out}\n{result.stderr}"

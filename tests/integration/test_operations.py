@@ -155,7 +155,7 @@ def test_metrics_count_requests_bytes_latency_and_connections(proxy: ProxyProces
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "proxy.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "kafka_quota_proxy", *args], capture_output=True, text=True,
                           timeout=60)
 
 
@@ -206,7 +206,7 @@ def test_bad_flags_exit_2_with_one_line(args: list[str], message: str) -> None:
 
 
 def test_flags_override_the_file(tmp_path: Path, broker: Broker) -> None:
-    from proxy.cli import settings_from_args
+    from kafka_quota_proxy.cli.main import settings_from_args
 
     path = tmp_path / "p.yaml"
     path.write_text(f"upstream: {broker.address}\nlisten: 127.0.0.1:1111\nlog_level: DEBUG\n")

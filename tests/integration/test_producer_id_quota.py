@@ -21,7 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from identity.credentials import CredentialStore
+from kafka_quota_proxy.identity.credentials import CredentialStore
 from tests.support.processes import Broker, ProxyProcess
 
 pytestmark = pytest.mark.integration

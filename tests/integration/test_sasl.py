@@ -22,7 +22,7 @@ from kafka.errors import KafkaError
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslHandshakeRequest
 
-from identity.credentials import CredentialStore
+from kafka_quota_proxy.identity.credentials import CredentialStore
 from tests.support.processes import Broker, ProxyProcess
 
 pytestmark = pytest.mark.integration

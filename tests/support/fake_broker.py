@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataResponse
 
-from protocol.framing import FrameDecoder
-from protocol.headers import RequestHeader, frame_response, parse_request_header
+from kafka_quota_proxy.protocol.framing import FrameDecoder
+from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, parse_request_header
 
 NODE_ID = 1
 # (key, min, max) the fake broker claims; 71 is unknown to the proxy's codec.

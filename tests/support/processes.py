@@ -16,8 +16,8 @@ from pathlib import Path
 
 import yaml
 
-from config import HostPort
-from proxy.cluster import ask_brokers
+from kafka_quota_proxy.config import HostPort
+from kafka_quota_proxy.proxy.cluster import ask_brokers
 
 LOOPBACK = "127.0.0.1"
 
@@ -126,7 +126,7 @@ class ProxyProcess:
         self.log_path = tmp / "proxy.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "proxy.cli", "--config", str(self.config_path)],
+                [sys.executable, "-m", "kafka_quota_proxy", "--config", str(self.config_path)],
                 stdout=log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, proc=self.proc)
         if wait_for_broker:

@@ -1,0 +1,133 @@
+"""Reading the usage log: JSON Lines, plain and gzipped, under an explicit schema made from
+quota/usage.py (version 1).
+
+Spark parses in PERMISSIVE mode into a corrupt-record column, so a line that is not JSON, is cut
+short (the current hour's file is still being written), has a wrong type, lacks a key that
+identifies it (v, start_ms, interval_s, user, client_id) or has another version is counted and
+skipped, never fatal. Counters missing from an otherwise good line count as 0 (the format says
+every key is present; a future writer leaving zeros out still reads right). A gzipped file cut
+short is read up to the break; what follows cannot be read, so it cannot be counted either.
+
+The result is flat: one row per record, `requests_<group>`, `throttle_<type>_ms`,
+`throttled_<type>` and `quota_<key>` columns. The `dt=`/`hour=` directories are not used for
+time (files are found recursively and partition inference is off); `start_ms` is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+
+from kafka_quota_proxy.quota import usage
+
+CORRUPT = "_corrupt_record"
+FILE_GLOB = "*.{jsonl,jsonl.gz}"
+REQUIRED = ("v", "start_ms", "interval_s", "user", "client_id")
+
+
+class UsageInputError(ValueError):
+    """The usage directory cannot be read at all (missing, no usage files)."""
+
+
+def usage_schema() -> StructType:
+    """The version-1 record as Spark reads it. Counters are read as doubles, so that a writer
+    spelling a whole number `5.0` is not turned away; identity and time are exact types."""
+    def group(names: tuple[str, ...]) -> StructType:
+        return StructType([StructField(n, DoubleType()) for n in names])
+
+    return StructType([
+        StructField("v", LongType()),
+        StructField("start_ms", LongType()),
+        StructField("interval_s", LongType()),
+        StructField("instance", StringType()),
+        StructField("user", StringType()),
+        StructField("client_id", StringType()),
+        *(StructField(c, DoubleType()) for c in usage.COUNTERS),
+        StructField("requests", group(usage.GROUPS)),
+        StructField("throttle_ms", group(usage.THROTTLE_TYPES)),
+        StructField("throttled", group(usage.THROTTLE_TYPES)),
+        StructField("quotas", group(tuple(k.value for k in usage.QUOTA_KEYS))),
+        StructField(CORRUPT, StringType()),
+    ])
+
+
+def check_usage_dir(path: str) -> None:
+    """For a local path, fail early and clearly when there is nothing to read."""
+    if "://" in path and not path.startswith("file://"):
+        return  # hdfs://, s3a://, ...: Spark will say
+    local = Path(path.removeprefix("file://"))
+    if not local.is_dir():
+        raise UsageInputError(f"no such directory: {path}")
+    if next(local.rglob("*.jsonl"), None) is None and next(local.rglob("*.jsonl.gz"), None) is None:
+        raise UsageInputError(f"no usage files (*.jsonl, *.jsonl.gz) under {path}")
+
+
+def read_raw(spark: SparkSession, path: str) -> DataFrame:
+    return (spark.read.schema(usage_schema())
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT)
+            .option("recursiveFileLookup", "true")
+            .option("pathGlobFilter", FILE_GLOB)
+            # A gzip cut short (a crash while compressing) must not stop the run: Spark keeps the
+            # lines before the break and skips the rest, which no one can count.
+            .option("ignoreCorruptFiles", "true")
+            .json(path))
+
+
+def is_bad(raw: DataFrame) -> Column:
+    """A line that cannot be used: unparsable, of another version, or not saying whose and when."""
+    bad = (raw[CORRUPT].isNotNull() | (raw["v"] != usage.VERSION) | (raw["interval_s"] <= 0)
+           | (raw["start_ms"] < 0))
+    for name in REQUIRED:
+        bad = bad | raw[name].isNull()
+    return F.coalesce(bad, F.lit(True))
+
+
+def _count(value: Column) -> Column:
+    return F.coalesce(value, F.lit(0.0))
+
+
+def flatten(records: DataFrame) -> DataFrame:
+    """The records, one flat row each, with whole numbers where the format has them."""
+    col = F.col
+    columns = [col("user"), col("client_id"), F.coalesce(col("instance"), F.lit("")).alias("instance"),
+               col("start_ms"), col("interval_s")]
+    for c in usage.COUNTERS:
+        value = _count(col(c))
+        columns.append((value if c == "request_time_ms" else value.cast(LongType())).alias(c))
+    columns += [_count(col(f"requests.{g}")).cast(LongType()).alias(f"requests_{g}") for g in usage.GROUPS]
+    columns += [_count(col(f"throttle_ms.{t}")).cast(LongType()).alias(f"throttle_{t}_ms")
+                for t in usage.THROTTLE_TYPES]
+    columns += [_count(col(f"throttled.{t}")).cast(LongType()).alias(f"throttled_{t}")
+                for t in usage.THROTTLE_TYPES]
+    columns += [col(f"quotas.{k.value}").alias(f"quota_{k.value}") for k in usage.QUOTA_KEYS]
+    return records.select(*columns)
+
+
+@dataclass(frozen=True, slots=True)
+class Ingested:
+    """The good records, and a count of every line read and of the bad ones (filled in by the
+    first action that runs over `records`)."""
+
+    records: DataFrame
+    observation: Observation
+
+    def counts(self) -> tuple[int, int]:
+        """(lines read, bad lines): call after an action has run over `records`."""
+        got = self.observation.get
+        return int(got.get("lines") or 0), int(got.get("bad") or 0)
+
+
+def ingest(spark: SparkSession, path: str) -> Ingested:
+    """The good records of the log under `path`, counting the bad lines on the way."""
+    check_usage_dir(path)
+    raw = read_raw(spark, path)
+    flagged = raw.withColumn("_bad", is_bad(raw))
+    observation = Observation("usage_lines")
+    observed = flagged.observe(observation, F.count(F.lit(1)).alias("lines"),
+                               F.sum(F.col("_bad").cast(LongType())).alias("bad"))
+    return Ingested(flatten(observed.filter(~F.col("_bad"))), observation)

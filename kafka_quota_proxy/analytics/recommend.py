@@ -1,0 +1,264 @@
+"""Recommended quotas: a default for everyone and overrides for the outliers (KIP-13's "fixed
+quotas for everyone but the top k outliers which can justify custom quotas").
+
+The rule, for each quota key, over the tenants that use that measure at all:
+
+- each tenant's demand is its p99 interval rate, demand meaning what it sent plus what its
+  recorded throttle held back (see `pipeline`'s demand model);
+- default = the `percentile`-th (nearest-rank) of those p99s, times `headroom`, rounded up to a
+  readable number;
+- a tenant whose p99 exceeds the default gets an override of its p99 times `headroom`, rounded
+  up. Tenants between the percentile and the default fit under the default's headroom.
+
+Byte rates round to whole bytes (Kafka LONG keys); the DOUBLE keys to two significant digits.
+`producer_ids_rate` is a user quota (KIP-936): it is recommended per authenticated user, from
+hourly rates (its window is hours, not seconds).
+
+Entities follow Kafka's precedence, so that every value recommended is the one that applies:
+with only ANONYMOUS tenants, quotas go on client-ids (`client-id: <default>`, `client-id: C`);
+otherwise on user and client-id (`user: <default>, client-id: <default>`, `user: U, client-id: C`).
+In a log with both, an anonymous tenant's override is written for `user: ANONYMOUS, client-id: C`:
+a client-id-only entity (level 7) would lose to the `<default>` user and client-id (level 5).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import yaml
+
+from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, PRODUCER_IDS, Measure
+from kafka_quota_proxy.analytics.readable import format_number, format_value, round_up_2sig, round_up_bytes
+from kafka_quota_proxy.quota.entities import DEFAULT, WHOLE_NUMBER_KEYS, QuotaEntity, QuotaKey
+
+ANONYMOUS = "ANONYMOUS"
+DEFAULT_PERCENTILE = 95.0
+DEFAULT_HEADROOM = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class TenantDemand:
+    """A tenant's p99 demand rate per client measure (measure name -> rate in its unit)."""
+
+    user: str
+    client_id: str
+    p99: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class UserDemand:
+    """A user's p99 hourly rate of new producer ids, in ids/s."""
+
+    user: str
+    p99: float
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """One recommended value: a key's default, or an override for one entity. `basis` is the
+    demand it came from (the percentile for a default, the tenant's p99 for an override)."""
+
+    measure: Measure
+    entity: QuotaEntity
+    value: float
+    kind: str
+    basis: float
+
+
+@dataclass
+class Recommendations:
+    items: list[Recommendation]
+    percentile: float
+    headroom: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def quotas(self) -> dict[QuotaEntity, dict[QuotaKey, float]]:
+        """Entity -> {key: value}, in the order the items were made (defaults first)."""
+        out: dict[QuotaEntity, dict[QuotaKey, float]] = {}
+        for item in self.items:
+            out.setdefault(item.entity, {})[item.measure.key] = item.value
+        return out
+
+    def overrides(self, measure: Measure) -> list[Recommendation]:
+        return [i for i in self.items if i.measure is measure and i.kind == "override"]
+
+    def default(self, measure: Measure) -> Recommendation | None:
+        return next((i for i in self.items if i.measure is measure and i.kind == "default"), None)
+
+    def to_yaml(self, source: str = "") -> str:
+        return render_yaml(self, source)
+
+    def to_kafka_configs(self) -> str:
+        return render_kafka_configs(self)
+
+
+def nearest_rank(values: Sequence[float], percentile: float) -> float:
+    """The nearest-rank percentile: the smallest value with at least `percentile` % of the
+    values at or below it (what Spark's percentile_approx returns on few values)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(percentile / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def readable(key: QuotaKey, value: float) -> float:
+    return float(round_up_bytes(value)) if key in WHOLE_NUMBER_KEYS else round_up_2sig(value)
+
+
+def entity_mode(users: Iterable[str]) -> str:
+    """'client-id' when every tenant is ANONYMOUS, 'user+client-id' when none is, else 'mixed'."""
+    anonymous = {u == ANONYMOUS for u in users}
+    if anonymous == {True}:
+        return "client-id"
+    return "mixed" if anonymous == {True, False} else "user+client-id"
+
+
+def default_entity(mode: str) -> QuotaEntity:
+    if mode == "client-id":
+        return QuotaEntity(client_id=DEFAULT)
+    return QuotaEntity(user=DEFAULT, client_id=DEFAULT)
+
+
+def override_entity(mode: str, user: str, client_id: str) -> QuotaEntity:
+    if mode == "client-id":
+        return QuotaEntity(client_id=client_id)
+    return QuotaEntity(user=user, client_id=client_id)
+
+
+def recommend(tenants: Sequence[TenantDemand], users: Sequence[UserDemand],
+              percentile: float = DEFAULT_PERCENTILE, headroom: float = DEFAULT_HEADROOM) -> Recommendations:
+    """Defaults and overrides for every client measure, and producer_ids_rate per user."""
+    if not 0 < percentile <= 100:
+        raise ValueError(f"percentile must be in (0, 100], got {percentile}")
+    if not headroom > 0:
+        raise ValueError(f"headroom must be positive, got {headroom}")
+    result = Recommendations([], percentile, headroom)
+    mode = entity_mode(t.user for t in tenants)
+    for measure in CLIENT_MEASURES:
+        _recommend_client_key(result, measure, tenants, mode)
+    _recommend_producer_ids(result, users)
+    return result
+
+
+def _recommend_client_key(result: Recommendations, measure: Measure, tenants: Sequence[TenantDemand],
+                          mode: str) -> None:
+    active = [t for t in tenants if t.p99.get(measure.name, 0) > 0]
+    if not active:
+        return
+    key = measure.key
+    basis = nearest_rank([t.p99[measure.name] for t in active], result.percentile)
+    default = readable(key, basis * result.headroom)
+    result.items.append(Recommendation(measure, default_entity(mode), default, "default", basis))
+    for t in sorted(active, key=lambda t: (t.user, t.client_id)):
+        p99 = t.p99[measure.name]
+        if p99 <= default:
+            continue
+        if not t.client_id or not t.user:
+            result.notes.append(
+                f"{t.user or '(no user)'}/{t.client_id or '(no client-id)'}: {measure.key.value} p99 "
+                f"{format_value(p99, measure.unit)} is above the default, but Kafka's user+client-id and "
+                "client-id quotas never apply to an empty client-id (or user): no override is possible")
+            continue
+        value = readable(key, p99 * result.headroom)
+        result.items.append(Recommendation(measure, override_entity(mode, t.user, t.client_id), value,
+                                           "override", p99))
+
+
+def _recommend_producer_ids(result: Recommendations, users: Sequence[UserDemand]) -> None:
+    active = [u for u in users if u.user and u.user != ANONYMOUS and u.p99 > 0]
+    if not active:
+        return
+    key = PRODUCER_IDS.key
+    basis = nearest_rank([u.p99 for u in active], result.percentile)
+    default = readable(key, basis * result.headroom)
+    result.items.append(Recommendation(PRODUCER_IDS, QuotaEntity(user=DEFAULT), default, "default", basis))
+    for u in sorted(active, key=lambda u: u.user):
+        if u.p99 > default:
+            result.items.append(Recommendation(PRODUCER_IDS, QuotaEntity(user=u.user),
+                                               readable(key, u.p99 * result.headroom), "override", u.p99))
+    anonymous = next((u for u in users if u.user == ANONYMOUS), None)
+    if anonymous is not None and anonymous.p99 > default:
+        result.notes.append(
+            f"ANONYMOUS: the producer_ids_rate default applies to every unauthenticated client together, "
+            f"whose p99 is {format_value(anonymous.p99, PRODUCER_IDS.unit)}, above the default "
+            f"{format_number(default)}: it would be throttled")
+
+
+# ---- rendering ------------------------------------------------------------------------------
+
+
+def _yaml_name(name: str) -> str:
+    # Plain when YAML reads it back as the same string (`<default>`, `alice`), quoted otherwise
+    # (`"true"`, `"007"`, names with spaces or colons).
+    try:
+        if yaml.safe_load(f"k: {name}") == {"k": name}:
+            return name
+    except yaml.YAMLError:
+        pass
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _comment(item: Recommendation, percentile: float, headroom: float) -> str:
+    unit = item.measure.unit
+    shown = format_value(item.value, unit) if unit == "B/s" else ""
+    basis = format_value(item.basis, unit)
+    if item.kind == "default":
+        why = f"p{percentile:g} of the tenants' p99 demand, {basis}, x {headroom:g}"
+    else:
+        why = f"override: p99 demand {basis} x {headroom:g}"
+    return f"{shown}; {why}" if shown else why
+
+
+def render_yaml(recs: Recommendations, source: str = "") -> str:
+    """A `quotas:` list the proxy loads (config file or `--quotas`), one entry per entity."""
+    lines = ["# Recommended client quotas" + (f", from the usage log in {source}" if source else "") + ".",
+             f"# default: p{recs.percentile:g} over tenants of their p99 interval demand, "
+             f"x {recs.headroom:g}, rounded up;",
+             "# override: a tenant whose p99 is above the default gets its p99 x "
+             f"{recs.headroom:g}, rounded up."]
+    for note in recs.notes:
+        lines.append(f"# note: {note}")
+    lines.append("quotas:" if recs.items else "quotas: []")
+    by_entity: dict[QuotaEntity, list[Recommendation]] = {}
+    for item in recs.items:
+        by_entity.setdefault(item.entity, []).append(item)
+    for entity, items in by_entity.items():
+        parts = list(entity.items())
+        for i, (kind, name) in enumerate(parts):
+            lines.append(f"  {'- ' if i == 0 else '  '}{kind}: {_yaml_name(name)}")
+        for item in items:
+            lines.append(f"    {item.measure.key.value}: {format_number(item.value)}"
+                         f"  # {_comment(item, recs.percentile, recs.headroom)}")
+    return "\n".join(lines) + "\n"
+
+
+def kafka_configs_args(entity: QuotaEntity) -> list[str]:
+    """The entity as kafka-configs.sh names it: users, then clients, each a name or the default."""
+    args: list[str] = []
+    for kind, name in entity.items():
+        args += ["--entity-type", {"user": "users", "client-id": "clients", "ip": "ips"}[kind]]
+        args += ["--entity-default"] if name == DEFAULT else ["--entity-name", shlex.quote(name)]
+    return args
+
+
+def kafka_configs_command(entity: QuotaEntity, values: Mapping[QuotaKey, float]) -> str:
+    config = ",".join(f"{k.value}={format_number(v)}" for k, v in values.items())
+    return " ".join(["kafka-configs.sh", "--bootstrap-server", "${BOOTSTRAP:-localhost:9092}", "--alter",
+                     *kafka_configs_args(entity), "--add-config", config])
+
+
+def render_kafka_configs(recs: Recommendations) -> str:
+    """The same quotas as `kafka-configs.sh --alter` commands, one per entity."""
+    lines = ["#!/bin/sh",
+             "# The recommended quotas as kafka-configs.sh commands, against the proxy or a Kafka cluster.",
+             "# BOOTSTRAP=host:port sets the bootstrap server (default localhost:9092).",
+             "set -e"]
+    for entity, values in recs.quotas.items():
+        if QuotaKey.PRODUCER_IDS_RATE in values:
+            lines.append("# producer_ids_rate is the proxy's KIP-936 extension key: "
+                         "set it through the proxy.")
+        lines.append(kafka_configs_command(entity, values))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,132 @@
+"""The `kafka-quota-proxy` command.
+
+    kafka-quota-proxy --upstream HOST:PORT[,HOST:PORT...] --listen HOST:PORT [--advertised-host HOST]
+                      [--metrics HOST:PORT] [--config FILE] [--log-level LEVEL] [...]
+    kafka-quota-proxy check-config FILE
+    kafka-quota-proxy users ...                 (SASL credentials for terminate mode)
+    kafka-quota-proxy analyze --usage DIR --out DIR [...]   (the usage pipeline, on Spark)
+    kafka-quota-proxy generate-usage --out DIR [...]        (synthetic usage logs)
+
+Bad configuration is one line naming the key, and exit status 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+from kafka_quota_proxy.config import ConfigError, Settings, load_file, merge
+from kafka_quota_proxy.config.settings import parse_values
+
+EXIT_CONFIG = 2
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="kafka-quota-proxy",
+        description="A Kafka-protocol proxy that enforces Kafka's client quotas. "
+                    "Other commands: 'check-config FILE', 'users', 'analyze', "
+                    "'generate-usage'.")
+    p.add_argument("--upstream", help="broker(s) to proxy: HOST:PORT[,HOST:PORT...]")
+    p.add_argument("--listen", help="bootstrap listener HOST:PORT (default 0.0.0.0:9092)")
+    p.add_argument("--advertised-host", help="host name clients are told to connect to")
+    p.add_argument("--node-port-base", type=int,
+                   help="broker N is served on port NODE_PORT_BASE+N (default: listen port + 1)")
+    p.add_argument("--metrics", help="serve Prometheus metrics on HOST:PORT")
+    p.add_argument("--config", help="YAML config file (flags override it)")
+    p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
+    p.add_argument("--max-frame-bytes", type=int, help="largest request accepted (default 104857600)")
+    return p
+
+
+FLAG_KEYS = {"upstream": "upstream", "listen": "listen", "advertised_host": "advertised_host",
+             "node_port_base": "node_port_base", "metrics": "metrics", "log_level": "log_level",
+             "max_frame_bytes": "max_frame_bytes"}
+
+
+def settings_from_args(argv: Sequence[str]) -> Settings:
+    args = _run_parser().parse_args(argv)
+    layers: list[dict[str, Any]] = []
+    if args.config:
+        layers.append(load_file(args.config))
+    flags = {key: getattr(args, attr) for attr, key in FLAG_KEYS.items() if getattr(args, attr) is not None}
+    try:
+        layers.append(parse_values(flags))
+    except ConfigError as exc:
+        flag = "--" + exc.key.replace("_", "-")
+        raise ConfigError(flag, exc.message) from None
+    return merge(*layers)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+
+
+def run_loop(main: Coroutine[Any, Any, Any]) -> Any:
+    """Run on uvloop where it is installed (not on Windows), else on asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)
+
+
+def _run(argv: Sequence[str]) -> int:
+    settings = settings_from_args(argv)
+    configure_logging(settings.log_level)
+    from kafka_quota_proxy.proxy.server import Proxy
+
+    proxy = Proxy(settings)
+    try:
+        run_loop(proxy.run_until_signalled())
+    except OSError as exc:
+        print(f"kafka-quota-proxy: cannot start: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _check_config(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="kafka-quota-proxy check-config",
+                                description="Validate a config file and print the settings it gives.")
+    p.add_argument("file")
+    args = p.parse_args(argv)
+    try:
+        settings = merge(load_file(args.file))
+    except ConfigError as exc:
+        raise ConfigError(exc.key, exc.message, exc.source or args.file) from None
+    print(f"{args.file}: OK")
+    print(f"  listen {settings.listen}, upstream {', '.join(map(str, settings.upstream))}")
+    print(f"  clients are told host {settings.effective_advertised_host}; "
+          f"broker N on port {settings.effective_node_port_base}+N")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv[:1] == ["check-config"]:
+            return _check_config(argv[1:])
+        if argv[:1] == ["users"]:
+            from kafka_quota_proxy.cli.users import main as users_main
+
+            return users_main(argv[1:])
+        if argv[:1] in (["analyze"], ["generate-usage"]):
+            # The pipeline needs the `spark` extra; analytics.cli says so if it is missing.
+            from kafka_quota_proxy.analytics.cli import main as analytics_main
+
+            return analytics_main(argv)
+        return _run(argv)
+    except ConfigError as exc:
+        print(f"kafka-quota-proxy: config error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""The `quota:` section and the `quotas:` list of the config file.
+
+    quota:
+      scope: broker            # broker (default): a measurement per upstream broker, as Kafka;
+                               # proxy: one measurement across every broker behind this proxy
+      mode: enforce            # enforce | observe (measure, report, never throttle) | off
+      window_num: 11           # quota.window.num
+      window_size_seconds: 1   # quota.window.size.seconds
+      exempt_principals: []    # never measured nor throttled (e.g. mirror makers)
+      exempt_client_ids: []
+      max_tracked_entities: 100000
+      max_connections_per_ip: null
+      state_file: null         # where quotas set through AlterClientQuotas are kept;
+                               # default: <config file>.quota-state.json beside the config
+      alter_principals: null   # who may AlterClientQuotas; null: every principal
+      producer_ids:            # the producer_ids_rate quota (KIP-936), see ProducerIdSettings
+        action: throttle       # throttle | reject
+        window_num: 11         # producer.id.quota.window.num
+        window_size_seconds: 3600  # producer.id.quota.window.size.seconds
+        cleanup_interval_ms: 10    # producer.id.quota.cache.cleanup.scheduler.interval.ms
+        expected_ids_per_window: 1000  # per user: sizes each Bloom filter
+        false_positive_rate: 0.01
+        max_users: 10000
+        max_bits_per_user: 131072
+    quotas:
+      - client-id: producer-a
+        producer_byte_rate: 1048576
+      - user: <default>
+        consumer_byte_rate: 2097152
+      - ip: <default>
+        connection_creation_rate: 20
+      - user: <default>
+        producer_ids_rate: 0.05  # new producer ids per second (extension key, users only)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+
+SCOPES = ("broker", "proxy")
+MODES = ("enforce", "observe", "off")
+ENTITY_KEYS = {"user": "user", "client-id": "client_id", "ip": "ip"}
+PRODUCER_ID_ACTIONS = ("throttle", "reject")
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdSettings:
+    """The producer-id quota (KIP-936): how new ids are measured, remembered and refused.
+
+    Window and cleanup defaults are the KIP's proposed broker configs. The filter shape and the
+    caps are the proxy's (the KIP leaves them open). Every filter has the same m bits: enough for
+    `expected_ids_per_window` ids at `false_positive_rate`, but at most `max_bits_per_user`
+    (9,586 bits, 1,199 bytes, with these defaults). A user holds at most two filters and at most
+    `max_users` users are tracked, so the cache holds at most max_users * 2 * m / 8 bytes of
+    bits: 24 MB with these defaults, scope by scope.
+    """
+
+    action: str = "throttle"
+    window_num: int = 11
+    window_size_seconds: int = 3600
+    cleanup_interval_ms: int = 10
+    expected_ids_per_window: int = 1000
+    false_positive_rate: float = 0.01
+    max_users: int = 10_000
+    max_bits_per_user: int = 1 << 17
+
+    @property
+    def window_ms(self) -> int:
+        return self.window_size_seconds * 1000
+
+    # Changing these changes the measurement or the filters' shape: they need a restart.
+    SHAPE = ("window_num", "window_size_seconds", "expected_ids_per_window", "false_positive_rate",
+             "max_users", "max_bits_per_user", "cleanup_interval_ms")
+
+
+def parse_producer_ids(raw: Any) -> ProducerIdSettings:
+    if raw is None:
+        return ProducerIdSettings()
+    if not isinstance(raw, dict):
+        raise ConfigError("quota.producer_ids", "expected a mapping")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        full = f"quota.producer_ids.{key}"
+        if key == "action":
+            if value not in PRODUCER_ID_ACTIONS:
+                raise ConfigError(full, f"expected one of {', '.join(PRODUCER_ID_ACTIONS)}, got {value!r}")
+            values[key] = value
+        elif key in ("window_num", "window_size_seconds", "cleanup_interval_ms", "expected_ids_per_window",
+                     "max_bits_per_user"):
+            values[key] = _int(full, value)
+        elif key == "max_users":
+            values[key] = _int(full, value, minimum=0)
+        elif key == "false_positive_rate":
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+                raise ConfigError(full, f"expected a number between 0 and 1 (exclusive), got {value!r}")
+            values[key] = float(value)
+        else:
+            raise ConfigError(full, "unknown key (known: action, window_num, window_size_seconds, "
+                              "cleanup_interval_ms, expected_ids_per_window, false_positive_rate, "
+                              "max_users, max_bits_per_user)")
+    return ProducerIdSettings(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSettings:
+    scope: str = "broker"
+    mode: str = "enforce"
+    window_num: int = 11
+    window_size_seconds: int = 1
+    exempt_principals: frozenset[str] = frozenset()
+    exempt_client_ids: frozenset[str] = frozenset()
+    max_tracked_entities: int = 100_000
+    max_connections_per_ip: int | None = None
+    state_file: str | None = None
+    # Who may AlterClientQuotas through the proxy; None lets every principal (see the README).
+    alter_principals: frozenset[str] | None = None
+    producer_ids: ProducerIdSettings = ProducerIdSettings()
+
+    @property
+    def window_ms(self) -> int:
+        return self.window_size_seconds * 1000
+
+
+def _int(key: str, value: Any, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(key, f"expected a whole number >= {minimum}, got {value!r}")
+    return value
+
+
+def _names(key: str, value: Any) -> frozenset[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(key, "expected a list of names")
+    return frozenset(value)
+
+
+def parse_quota_section(raw: Any) -> QuotaSettings:
+    if raw is None:
+        return QuotaSettings()
+    if not isinstance(raw, dict):
+        raise ConfigError("quota", "expected a mapping")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        full = f"quota.{key}"
+        if key == "scope":
+            if value not in SCOPES:
+                raise ConfigError(full, f"expected one of {', '.join(SCOPES)}, got {value!r}")
+            values["scope"] = value
+        elif key == "mode":
+            if value not in MODES:
+                raise ConfigError(full, f"expected one of {', '.join(MODES)}, got {value!r}")
+            values["mode"] = value
+        elif key in ("window_num", "window_size_seconds", "max_tracked_entities"):
+            values[key] = _int(full, value)
+        elif key == "max_connections_per_ip":
+            values[key] = None if value is None else _int(full, value, minimum=0)
+        elif key in ("exempt_principals", "exempt_client_ids"):
+            values[key] = _names(full, value)
+        elif key == "alter_principals":
+            values[key] = None if value is None else _names(full, value)
+        elif key == "producer_ids":
+            values[key] = parse_producer_ids(value)
+        elif key == "state_file":
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ConfigError(full, "expected a file path")
+            values[key] = value
+        else:
+            raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
+                              "exempt_principals, exempt_client_ids, max_tracked_entities, "
+                              "max_connections_per_ip, state_file, alter_principals, producer_ids)")
+    return QuotaSettings(**values)
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaEntry:
+    """One entry of the `quotas:` list, before validation of its values against Kafka's rules."""
+
+    entity: QuotaEntity
+    values: Mapping[QuotaKey, float] = field(default_factory=dict)
+
+
+def parse_quota_list(raw: Any) -> list[QuotaEntry]:
+    """Shape checks only; `quota.admin_api` applies Kafka's value rules to the result."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise ConfigError("quotas", "expected a list of entries")
+    entries = []
+    for i, item in enumerate(raw):
+        where = f"quotas[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(where, "expected a mapping such as "
+                              "{client-id: app, producer_byte_rate: 1048576}")
+        names: dict[str, str] = {}
+        values: dict[QuotaKey, float] = {}
+        for key, value in item.items():
+            if key in ENTITY_KEYS:
+                if not isinstance(value, str | int) or isinstance(value, bool) or str(value) == "":
+                    raise ConfigError(f"{where}.{key}", f"expected a name or {DEFAULT}, got {value!r}")
+                names[ENTITY_KEYS[key]] = str(value)
+                continue
+            try:
+                quota_key = QuotaKey(key)
+            except ValueError:
+                known = ", ".join([*ENTITY_KEYS, *(k.value for k in QuotaKey)])
+                raise ConfigError(f"{where}.{key}", f"unknown key (known: {known})") from None
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"{where}.{key}", f"expected a number, got {value!r}")
+            values[quota_key] = float(value)
+        try:
+            entity = QuotaEntity(**names)
+        except ValueError as exc:
+            raise ConfigError(where, str(exc)) from None
+        if not values:
+            raise ConfigError(where, "sets no quota (add e.g. producer_byte_rate: 1048576)")
+        entries.append(QuotaEntry(entity, values))
+    return entries
+
+
+def default_state_file(config_path: str | Path | None, settings: QuotaSettings) -> Path | None:
+    if settings.state_file:
+        return Path(settings.state_file)
+    if config_path is None:
+        return None
+    path = Path(config_path)
+    return path.with_name(path.name + ".quota-state.json")
+
+
+def validate_quota_entries(entries: tuple[QuotaEntry, ...] | list[QuotaEntry],
+                           source: str | None = None) -> dict[QuotaEntity, dict[QuotaKey, float]]:
+    """Apply Kafka's AlterClientQuotas rules to the `quotas:` list, so a file can hold exactly
+    what `kafka-configs.sh --alter` would accept."""
+    from kafka_quota_proxy.quota.admin_api import alter_client_quotas, entity_to_wire
+
+    wire = [(entity_to_wire(e.entity), [(k.value, v, False) for k, v in e.values.items()])
+            for e in entries]
+    result = alter_client_quotas({}, wire, validate_only=False)
+    for i, (code, message) in enumerate(result.results):
+        if code:
+            raise ConfigError(f"quotas[{i}]", message or f"error {code}", source)
+    return result.quotas

@@ -1,0 +1,60 @@
+"""The `usage_log:` section: the per-tenant usage log (off unless `dir` is set).
+
+    usage_log:
+      dir: /var/lib/kafka-quota-proxy/usage   # where the hourly files go; no dir, no log
+      interval_seconds: 10                    # one record per active tenant per interval
+      instance: null                          # names this proxy in records and file names;
+                                              # default: <host name>-<listen port>
+      max_tenants: 100000                     # tenants kept per interval; the rest are counted
+      queue_intervals: 360                    # intervals waiting for the writer (an hour)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_quota_proxy.config.errors import ConfigError
+
+_INSTANCE = re.compile(r"[A-Za-z0-9._-]{1,100}\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class UsageLogSettings:
+    dir: str
+    interval_seconds: int = 10
+    instance: str | None = None
+    max_tenants: int = 100_000
+    queue_intervals: int = 360
+
+
+def parse_usage_log(raw: Any) -> UsageLogSettings | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError("usage_log", "expected a mapping with at least `dir`")
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        full = f"usage_log.{key}"
+        if key == "dir":
+            if not isinstance(value, str) or not value:
+                raise ConfigError(full, "expected a directory path")
+            values[key] = value
+        elif key in ("interval_seconds", "max_tenants", "queue_intervals"):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(full, f"expected a whole number >= 1, got {value!r}")
+            if key == "interval_seconds" and 3600 % value:
+                raise ConfigError(full, f"must divide an hour evenly (1, 2, 5, 10, 30, 60, ...), got {value}")
+            values[key] = value
+        elif key == "instance":
+            if value is not None and (not isinstance(value, str) or not _INSTANCE.match(value)):
+                raise ConfigError(full, "expected 1-100 letters, digits, '.', '_' or '-' "
+                                        "(it is part of file names)")
+            values[key] = value
+        else:
+            raise ConfigError(full, "unknown key (known: dir, interval_seconds, instance, max_tenants, "
+                                    "queue_intervals)")
+    if "dir" not in values:
+        raise ConfigError("usage_log.dir", "required: where to write the usage log")
+    return UsageLogSettings(**values)

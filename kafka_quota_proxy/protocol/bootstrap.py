@@ -1,0 +1,53 @@
+"""The two requests the proxy makes on its own behalf to learn the cluster: ApiVersions v0, then
+Metadata at the highest version both sides know, asking for no topics."""
+
+from __future__ import annotations
+
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest
+from kafka.protocol.metadata.metadata import MetadataRequest
+
+from kafka_quota_proxy.protocol.apis import API_VERSIONS, codec
+from kafka_quota_proxy.protocol.errors import MalformedMessage
+from kafka_quota_proxy.protocol.headers import response_body_offset, response_correlation_id
+from kafka_quota_proxy.protocol.messages import decode_response
+
+METADATA = 3
+CLIENT_ID = "kafka-quota-proxy"
+
+
+def api_versions_request(correlation_id: int) -> bytes:
+    req = ApiVersionsRequest()
+    req.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
+    return bytes(req.encode(version=0, header=True, framed=True))
+
+
+def metadata_version(api_versions_frame: bytes, correlation_id: int) -> int:
+    """The Metadata version to use, from a framed ApiVersions v0 response."""
+    view = memoryview(api_versions_frame)
+    if response_correlation_id(view) != correlation_id:
+        raise MalformedMessage("ApiVersions response has the wrong correlation id")
+    msg = decode_response(API_VERSIONS, 0, view[response_body_offset(view, 0):])
+    if msg.error_code:
+        raise MalformedMessage(f"ApiVersions failed with error {msg.error_code}")
+    for entry in msg.api_keys:
+        if entry.api_key == METADATA:
+            version = min(entry.max_version, codec()[METADATA].max_version)
+            if version >= max(entry.min_version, 1):
+                return int(version)
+    raise MalformedMessage("broker supports no Metadata version from 1 up")
+
+
+def metadata_request(correlation_id: int, version: int) -> bytes:
+    req = MetadataRequest(topics=[], allow_auto_topic_creation=False)
+    req.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
+    return bytes(req.encode(version=version, header=True, framed=True))
+
+
+def metadata_brokers(frame: bytes, correlation_id: int, version: int) -> list[tuple[int, str, int]]:
+    """(node_id, host, port) of every broker in a framed Metadata response."""
+    view = memoryview(frame)
+    if response_correlation_id(view) != correlation_id:
+        raise MalformedMessage("Metadata response has the wrong correlation id")
+    header_version = codec()[METADATA].response_header_version(version)
+    msg = decode_response(METADATA, version, view[response_body_offset(view, header_version):])
+    return [(b.node_id, b.host, b.port) for b in msg.brokers]

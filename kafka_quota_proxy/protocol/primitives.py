@@ -1,0 +1,54 @@
+"""Kafka's primitive encodings: fixed-width big-endian integers and unsigned varints."""
+
+from __future__ import annotations
+
+import struct
+
+from kafka_quota_proxy.protocol.errors import MalformedMessage, TruncatedMessage
+
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+
+
+def read_uvarint(buf: memoryview | bytes, pos: int) -> tuple[int, int]:
+    """Read an unsigned varint at `pos`; return (value, position after it)."""
+    value = 0
+    shift = 0
+    end = len(buf)
+    while True:
+        if pos >= end:
+            raise TruncatedMessage("varint runs past the end of the message")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, pos
+        shift += 7
+        if shift > 28:
+            raise MalformedMessage("varint longer than 5 bytes")
+
+
+def encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def skip_tagged_fields(buf: memoryview | bytes, pos: int) -> int:
+    """Skip a tagged-field section (flexible versions): a count, then (tag, size, bytes) each."""
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        need(buf, pos, size)
+        pos += size
+    return pos
+
+
+def need(buf: memoryview | bytes, pos: int, n: int) -> None:
+    if pos + n > len(buf):
+        raise TruncatedMessage(f"needs {n} bytes at offset {pos}, message has {len(buf)}")

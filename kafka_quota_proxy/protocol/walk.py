@@ -1,0 +1,172 @@
+"""Walking a message's bytes by its schema without decoding it.
+
+Produce and Fetch responses are never decoded on the hot path, yet the proxy must find fields
+that sit after variable-length data: Produce's throttle_time_ms follows the partition results,
+and KIP-951's node_endpoints is a tagged field at the very end of both responses. A `Walker`
+is compiled once per (message, version) from Kafka's message JSON and skips over each field by
+its length prefix, so records are jumped over, never copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from kafka.protocol.schemas import load_json
+
+from kafka_quota_proxy.protocol.errors import MalformedMessage
+from kafka_quota_proxy.protocol.primitives import INT16, INT32, need, read_uvarint, skip_tagged_fields
+
+Skip = Callable[[memoryview, int], int]
+
+_FIXED = {"bool": 1, "int8": 1, "int16": 2, "uint16": 2, "int32": 4, "uint32": 4,
+          "int64": 8, "float64": 8, "uuid": 16}
+
+
+def _versions(spec: str | None) -> tuple[int, int] | None:
+    if spec is None or spec.strip() == "" or spec.strip() == "none":
+        return None
+    if spec.endswith("+"):
+        return int(spec[:-1]), 1 << 15
+    lo, _, hi = spec.partition("-")
+    return int(lo), int(hi or lo)
+
+
+def _in(spec: str | None, version: int) -> bool:
+    r = _versions(spec)
+    return r is not None and r[0] <= version <= r[1]
+
+
+def _skip_fixed(n: int) -> Skip:
+    def skip(buf: memoryview, pos: int) -> int:
+        need(buf, pos, n)
+        return pos + n
+    return skip
+
+
+def _skip_sized(compact: bool, wide: bool) -> Skip:
+    """string (int16 length) or bytes/records (int32 length), or their compact forms."""
+    def skip(buf: memoryview, pos: int) -> int:
+        if compact:
+            n, pos = read_uvarint(buf, pos)
+            n -= 1
+        else:
+            need(buf, pos, 4 if wide else 2)
+            n = (INT32 if wide else INT16).unpack_from(buf, pos)[0]
+            pos += 4 if wide else 2
+        if n < 0:
+            if n != -1:
+                raise MalformedMessage(f"length {n}")
+            return pos
+        need(buf, pos, n)
+        return pos + n
+    return skip
+
+
+def _skip_array(compact: bool, element: Skip) -> Skip:
+    def skip(buf: memoryview, pos: int) -> int:
+        if compact:
+            n, pos = read_uvarint(buf, pos)
+            n -= 1
+        else:
+            need(buf, pos, 4)
+            n = INT32.unpack_from(buf, pos)[0]
+            pos += 4
+        if n < -1:
+            raise MalformedMessage(f"array length {n}")
+        for _ in range(n):
+            pos = element(buf, pos)
+        return pos
+    return skip
+
+
+def _field_skip(field: dict[str, Any], version: int, flexible: bool) -> Skip:
+    ftype: str = field["type"]
+    compact = flexible
+    if "flexibleVersions" in field:
+        compact = _in(field["flexibleVersions"], version)
+    if ftype.startswith("[]"):
+        inner = ftype[2:]
+        if inner in _FIXED:
+            elem = _skip_fixed(_FIXED[inner])
+        elif inner == "string":
+            elem = _skip_sized(compact, wide=False)
+        else:
+            elem = _struct_skip(tuple(field["fields"]), version, flexible)
+        return _skip_array(compact, elem)
+    if ftype in _FIXED:
+        return _skip_fixed(_FIXED[ftype])
+    if ftype == "string":
+        return _skip_sized(compact, wide=False)
+    if ftype in ("bytes", "records"):
+        return _skip_sized(compact, wide=True)
+    if "fields" in field:
+        return _struct_skip(tuple(field["fields"]), version, flexible)
+    raise ValueError(f"unknown field type {ftype}")
+
+
+def inline_fields(fields: Any, version: int, flexible: bool) -> list[dict[str, Any]]:
+    return [f for f in fields if _in(f.get("versions"), version)
+            and not (flexible and _in(f.get("taggedVersions"), version) and "tag" in f)]
+
+
+def _struct_skip(fields: tuple[Any, ...], version: int, flexible: bool) -> Skip:
+    steps = [_field_skip(f, version, flexible) for f in inline_fields(fields, version, flexible)]
+
+    def skip(buf: memoryview, pos: int) -> int:
+        for step in steps:
+            pos = step(buf, pos)
+        if flexible:
+            pos = skip_tagged_fields(buf, pos)
+        return pos
+    return skip
+
+
+@dataclass(slots=True)
+class WalkResult:
+    offsets: dict[str, int]  # top-level in-line field name -> offset of its first byte
+    tags_at: int  # offset of the top-level tagged-field section, or the end if not flexible
+    end: int
+
+
+class Walker:
+    """Finds the offsets of a message's top-level fields and of its tagged-field section."""
+
+    def __init__(self, message: str, version: int, flexible: bool) -> None:
+        data = load_json(message)
+        self.flexible = flexible
+        fields = inline_fields(data["fields"], version, flexible)
+        self._names = [f["name"] for f in fields]
+        self._steps = [_field_skip(f, version, flexible) for f in fields]
+
+    def walk(self, buf: memoryview, pos: int) -> WalkResult:
+        offsets: dict[str, int] = {}
+        for name, step in zip(self._names, self._steps, strict=True):
+            offsets[name] = pos
+            pos = step(buf, pos)
+        tags_at = pos
+        if self.flexible:
+            pos = skip_tagged_fields(buf, pos)
+        if pos != len(buf):
+            raise MalformedMessage(f"{len(buf) - pos} trailing bytes after the message")
+        return WalkResult(offsets, tags_at, pos)
+
+
+def tagged_fields(buf: memoryview, pos: int) -> dict[int, tuple[int, int]]:
+    """Tag -> (start, end) of each field in the tagged-field section at `pos`."""
+    found: dict[int, tuple[int, int]] = {}
+    count, pos = read_uvarint(buf, pos)
+    for _ in range(count):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        need(buf, pos, size)
+        found[tag] = (pos, pos + size)
+        pos += size
+    return found
+
+
+@cache
+def walker(message: str, version: int, flexible: bool) -> Walker:
+    return Walker(message, version, flexible)

@@ -1,0 +1,104 @@
+"""The request context: what every stage knows about one request."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_quota_proxy.config import HostPort
+from kafka_quota_proxy.protocol.errors import MalformedMessage
+from kafka_quota_proxy.protocol.headers import RequestHeader
+from kafka_quota_proxy.protocol.messages import decode_response
+
+ANONYMOUS = "ANONYMOUS"  # Kafka's principal for an unauthenticated connection
+
+
+@dataclass(slots=True)
+class ConnectionInfo:
+    """Who is on the other end of a client connection."""
+
+    peer: str  # "host:port" of the client
+    listener: str  # "bootstrap" or "node-<id>"
+    principal: str = ANONYMOUS
+    upstream: str = ""  # the broker address this connection forwards to, once connected
+    sasl: Any = None  # proxy.sasl_stages.SaslState, once the client starts SASL
+    ip: str = ""  # the client's address (from a PROXY header when there is one)
+    metered: bool = False  # counted in the usage log's `connections` (at its first request)
+    # quota.managers.ChargeHandle by manager: this connection's way to its sensors, kept
+    charge_handles: dict[Any, Any] = field(default_factory=dict)
+
+    def set_address(self, ip: str, port: int) -> None:
+        self.ip = ip
+        self.peer = str(HostPort(ip, port))
+
+    def describe(self) -> str:
+        return f"{self.peer} ({self.principal}, {self.listener})"
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """One request on its way through the stages."""
+
+    header: RequestHeader
+    frame: memoryview  # the whole request frame, size prefix included
+    conn: ConnectionInfo
+    expects_response: bool = True
+    acks: int = 1  # Produce only: the request's acks
+    received_at: float = 0.0  # perf_counter() when the proxy read the request
+    # perf_counter() when forwarded: uvloop's loop.time() only ticks in whole milliseconds,
+    # too coarse for a proxy hop.
+    sent_at: float = 0.0
+    answered_at: float = 0.0  # perf_counter() when the broker's response arrived
+    # Same-length replacements of the frame's bytes, (offset, bytes), applied when forwarding.
+    patches: list[tuple[int, bytes]] | None = None
+    wire_version: int = -1  # the version forwarded to the broker, when a stage changed it
+    quota: Any = None  # the quota managers charged for this request, if any
+    throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
+    fetch_max_wait_ms: int = 0
+    permits: int | None = None  # controller mutations: partitions created or deleted (KIP-599)
+    new_producer_ids: int = 0  # Produce: producer ids new for the user (while producer_ids_rate is set)
+    raw: bool = False  # a bare legacy SASL token (after SaslHandshake v0), not a Kafka request
+
+    @property
+    def api_key(self) -> int:
+        return self.header.api_key
+
+    @property
+    def broker_version(self) -> int:
+        """The version the broker answers in: the client's, unless a stage lowered it."""
+        return self.api_version if self.wire_version < 0 else self.wire_version
+
+    def patch(self, at: int, data: bytes) -> None:
+        """Forward `data` in place of the frame's bytes at `at` (the same number of bytes)."""
+        if self.patches is None:
+            self.patches = []
+        self.patches.append((at, data))
+
+    def forward_parts(self) -> list[bytes | memoryview]:
+        """The frame as forwarded: views of it around the patches (no copy of the rest)."""
+        frame, patches = self.frame, self.patches
+        if not patches:
+            return [frame]
+        parts: list[bytes | memoryview] = []
+        pos = 0
+        for at, data in sorted(patches, key=lambda p: p[0]):
+            parts += [frame[pos:at], data]
+            pos = at + len(data)
+        parts.append(frame[pos:])
+        return parts
+
+    def decode_request(self) -> Any:
+        """The request, fully decoded; a body that does not decode is the client's protocol error."""
+        spec = self.header.spec
+        assert spec is not None
+        try:
+            return spec.request.decode(bytes(self.frame[self.header.body_offset:]), version=self.api_version)
+        except Exception as exc:  # kafka-python raises a variety of errors on bad bytes
+            raise MalformedMessage(f"cannot decode {spec.request.name} v{self.api_version}: {exc}") from exc
+
+    def decode_response(self, body: memoryview) -> Any:
+        return decode_response(self.api_key, self.api_version, body)
+
+    @property
+    def api_version(self) -> int:
+        return self.header.api_version

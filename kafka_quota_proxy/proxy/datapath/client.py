@@ -1,0 +1,911 @@
+"""One client connection and its own upstream broker connection.
+
+Each client connection gets exactly one upstream connection, so requests keep their order and
+any per-connection broker state (SASL, fetch sessions) stays with the client that made it.
+Both sides are callback-driven asyncio Protocols: `data_received` splits frames out of the
+received bytes (memoryview slices, no copy for whole frames), and flow control is explicit:
+when one side's transport cannot keep up, reading from the other side stops.
+
+Kafka clients require responses in request order, and the proxy may answer some requests itself,
+so requests wait in one ordered queue (`_inflight`) and a response is written only once every
+earlier response has been.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections import deque
+from collections.abc import Callable, Sequence
+from time import perf_counter
+from typing import TYPE_CHECKING, Any, cast
+
+from kafka_quota_proxy.config import HostPort
+from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
+from kafka_quota_proxy.protocol.errors import ProtocolError
+from kafka_quota_proxy.protocol.fetch import FETCH
+from kafka_quota_proxy.protocol.framing import FrameDecoder, FrameHead, FramePiece, StreamingFrameDecoder
+from kafka_quota_proxy.protocol.headers import (
+    RequestHeader,
+    frame_response,
+    parse_request_header,
+    response_body_offset,
+    response_correlation_id,
+)
+from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.primitives import INT32
+from kafka_quota_proxy.protocol.produce import PRODUCE, produce_acks
+from kafka_quota_proxy.protocol.proxy_protocol import (
+    V2_HEADER_LENGTH,
+    V2_SIGNATURE,
+    ProxyHeader,
+    ProxyHeaderParser,
+)
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.datapath.splice import SPLICE_FROM, Splice, SpliceFailed, plain_socket_fd
+from kafka_quota_proxy.proxy.datapath.upstream_auth import open_upstream
+from kafka_quota_proxy.proxy.stages.base import Replacement, Reply
+from kafka_quota_proxy.proxy.stages.sasl import SASL_AUTHENTICATE, SaslInspect, SaslTerminate
+
+if TYPE_CHECKING:
+    from kafka_quota_proxy.proxy.server import Proxy
+
+log = logging.getLogger("kafka_quota_proxy.connection")
+
+# A broker response is not bounded by socket.request.max.bytes (fetch.max.bytes can exceed it),
+# only by the protocol's int32 size.
+MAX_RESPONSE_BYTES = 2**31 - 1
+# Responses this large are handed over as they arrive (a Fetch is then written on cut-through).
+STREAM_FROM = 64 * 1024
+
+
+class ProxyHeaderTimeout(ProtocolError):
+    """No complete PROXY protocol header in time: an idle or slow client holds no connection."""
+
+    kind = "proxy_protocol_timeout"
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no complete PROXY protocol header within {seconds:g}s")
+
+
+def _header_deadline(proxy: Proxy, expired: Callable[[], None]) -> asyncio.TimerHandle:
+    return proxy.loop.call_later(proxy.settings.proxy_protocol_timeout_seconds, expired)
+
+
+class ReadGate:
+    """Pauses a transport's reading while any reason to pause holds."""
+
+    __slots__ = ("transport", "reasons")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.reasons: set[str] = set()
+
+    def pause(self, reason: str) -> None:
+        if not self.reasons and not self.transport.is_closing():
+            self.transport.pause_reading()
+        self.reasons.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason in self.reasons:
+            self.reasons.discard(reason)
+            if not self.reasons and not self.transport.is_closing():
+                self.transport.resume_reading()
+
+
+# A response ready to write: one buffer, or pieces written with writelines (no joining copy).
+Response = bytes | memoryview | list[bytes | memoryview]
+
+
+# How a large response that arrives in pieces is handled (ClientConnection.on_response_head).
+_STREAM = "stream"  # written on to the client piece by piece
+_ASSEMBLE = "assemble"  # gathered whole, then handled as any response
+_DISCARD = "discard"  # replaced by the proxy's own answer; the pieces are dropped
+
+
+def _check_correlation(ctx: RequestContext, frame: bytes | memoryview) -> None:
+    correlation_id = response_correlation_id(frame)
+    if correlation_id != ctx.header.correlation_id:
+        raise ProtocolError(f"response correlation id {correlation_id}, expected "
+                            f"{ctx.header.correlation_id}")
+
+
+def _header(frame: bytes | memoryview, body_at: int, body_size: int) -> bytes:
+    """A response's size prefix for a body of `body_size`, then the broker's response header
+    (correlation id, header tags) as it was."""
+    return INT32.pack(body_at - 4 + body_size) + bytes(frame[4:body_at])
+
+
+class _Pending:
+    """A request waiting for its response; `response` is set when the response is ready.
+    `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered.
+    `stream`, `parts`, `size`: a large response arriving in pieces (see on_response_head)."""
+
+    __slots__ = ("ctx", "response", "throttle_due", "stream", "parts", "size")
+
+    def __init__(self, ctx: RequestContext, response: Response | None = None) -> None:
+        self.ctx = ctx
+        self.response = response
+        self.throttle_due = False
+        self.stream: str | None = None
+        self.parts: list[memoryview] | None = None
+        self.size = 0
+
+
+def _holds(reasons: set[str]) -> bool:
+    """Whether frames already read must wait: a pause for anything but the in-flight bound
+    (a throttle, an authentication still being decided, a connection about to close)."""
+    return bool(reasons) and (len(reasons) > 1 or "inflight" not in reasons)
+
+
+class ClientConnection(asyncio.Protocol):
+    """A Kafka client's connection to one proxy listener."""
+
+    def __init__(self, proxy: Proxy, listener: str, targets: Callable[[], Sequence[HostPort]]) -> None:
+        self.proxy = proxy
+        self.listener = listener
+        self.targets = targets
+        self.decoder = FrameDecoder(proxy.settings.max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.upstream: UpstreamConnection | None = None
+        self.gate: ReadGate | None = None
+        self.info = ConnectionInfo("?", listener)
+        self._inflight: deque[_Pending] = deque()  # every request that will get a response
+        self._awaiting: deque[_Pending] = deque()  # the subset forwarded to the broker
+        self._draining = False
+        self._closed = False
+        self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
+        # Frames read but not yet handled: a pause that holds (`_holds`) began while they were
+        # in the same read. Handled, in order, once it ends.
+        self._held: deque[memoryview] = deque()
+        self._throttles_due = 0  # forwarded requests over quota whose responses are still out
+        self._streaming: _Pending | None = None  # the request whose large response is arriving
+        self._splice: Splice | None = None  # moving the rest of that response (proxy.splice)
+        self._fd: int | None = None  # the socket's descriptor when splices may write to it
+        self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
+        self._muted_until = 0.0  # loop time until which a quota throttle holds reading
+        self._unmute: asyncio.TimerHandle | None = None
+        self._connect_task: asyncio.Task[None] | None = None
+        self._proxy_header: ProxyHeaderParser | None = None
+        self._header_timer: asyncio.TimerHandle | None = None
+        # A PROXY header read before the TLS handshake (ProxyHeaderThenTls), not in the stream.
+        self.proxied: ProxyHeader | None = None
+        self.admitted = False  # counted in the proxy's per-IP connection counts
+
+    # -- client side ---------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.info.set_address(str(peer[0]), int(peer[1]))
+        self.gate = ReadGate(self.transport)
+        if self.proxy.splicing:
+            self._fd = plain_socket_fd(transport)
+        self.proxy.connection_opened(self)
+        if self.proxied is not None:
+            self._use_proxy_header(self.proxied)
+        elif self.proxy.settings.proxy_protocol:
+            # The real client address comes first, in a PROXY protocol header; nothing else
+            # (admission, identity, the broker connection) can start before it.
+            self._proxy_header = ProxyHeaderParser()
+            self._header_timer = _header_deadline(self.proxy, self._header_expired)
+            return
+        self._start()
+
+    def _start(self) -> None:
+        """Admission, identity, then the broker connection, once the client address is known."""
+        assert self.gate is not None and self.transport is not None
+        self.gate.pause("connecting")
+        try:
+            self.info.principal = self.proxy.identify(self.transport, self.info.ip)
+        except (NoMatchingRule, ValueError) as exc:
+            # No ssl.principal.mapping.rules rule maps the certificate's subject: Kafka fails the
+            # SSL authentication and closes the connection.
+            log.warning("closing connection from %s: no principal for the client certificate: %s",
+                        self.info.describe(), exc)
+            self.close()
+            return
+        loop = asyncio.get_running_loop()
+        delay_ms = self.proxy.admit(self, self.info.ip)
+        if delay_ms is not None:
+            # Over the connection quota: closed unread after the delay, as a broker does.
+            loop.call_later(delay_ms / 1000, self.close)
+            return
+        self._connect_task = loop.create_task(self._connect_upstream())
+
+    async def _connect_upstream(self) -> None:
+        loop = asyncio.get_running_loop()
+        timeout = self.proxy.settings.connect_timeout_seconds
+        errors = []
+        for target in self.targets():
+            try:
+                upstream = await asyncio.wait_for(self._open(loop, target), timeout)
+            except (TimeoutError, OSError, ProtocolError) as exc:
+                self.proxy.metrics.upstream_connect_failures.inc()
+                errors.append(f"{target}: {exc or 'timed out'}")
+                continue
+            if self._closed:
+                upstream.transport.close()  # type: ignore[union-attr]
+                return
+            self.upstream = upstream
+            self.info.upstream = str(target)
+            assert self.gate is not None
+            self.gate.resume("connecting")
+            early, self._early = self._early, []
+            for data in early:
+                self.data_received(data)
+            return
+        if not self._closed:
+            log.warning("closing connection from %s: no broker reachable for %s (%s)",
+                        self.info.describe(), self.listener, "; ".join(errors) or "no known address")
+            self.close()
+
+    async def _open(self, loop: asyncio.AbstractEventLoop, target: HostPort) -> UpstreamConnection:
+        settings = self.proxy.settings
+        # In passthrough the client authenticates itself to the broker: the proxy's own
+        # credentials serve only its metadata refresh.
+        creds = settings.upstream_sasl if settings.sasl.mode != "passthrough" else None
+        if creds is None:
+            _, upstream = await loop.create_connection(
+                lambda: UpstreamConnection(self), target.host, target.port, ssl=self.proxy.upstream_ssl,
+                server_hostname=target.host if self.proxy.upstream_ssl else None)
+            return upstream
+        # Authenticate on a stream first, then hand the transport to the forwarding protocol.
+        reader, writer = await open_upstream(target.host, target.port, self.proxy.upstream_ssl, creds)
+        upstream = UpstreamConnection(self)
+        # A StreamWriter closes its transport when it is garbage-collected: keep it with the
+        # connection that now owns the transport.
+        upstream.streams = (reader, writer)
+        transport = writer.transport
+        transport.set_protocol(upstream)
+        upstream.connection_made(transport)
+        return upstream
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
+        if self._proxy_header is not None:
+            self._receive_proxy_header(data)
+            return
+        if self.upstream is None:
+            # Reading is paused until the broker connection is up, but a loop may still hand
+            # over what it had already read.
+            self._early.append(data)
+            return
+        try:
+            frames = self.decoder.feed(data)
+        except ProtocolError as exc:
+            self._bad_input(exc)
+            return
+        if self._held:
+            self._held.extend(frames)  # after what is already waiting (reading is paused)
+            return
+        self._take(frames)
+
+    def _take(self, frames: Sequence[memoryview]) -> None:
+        """Handle frames in order, holding the rest as soon as a pause that holds begins."""
+        assert self.gate is not None
+        out: list[bytes | memoryview] = []
+        reasons = self.gate.reasons
+        try:
+            for i, frame in enumerate(frames):
+                if _holds(reasons):
+                    self._held.extend(frames[i:])
+                    break
+                self._handle_request(frame, out)
+        except ProtocolError as exc:
+            self._bad_input(exc)
+            return
+        if out:
+            assert self.upstream is not None and self.upstream.transport is not None
+            self.upstream.transport.writelines(out)
+        if len(self._awaiting) >= self.proxy.settings.max_inflight_requests:
+            # A broker handles one request per connection at a time anyway; reading further
+            # ahead would only let a throttled client run past its mute (and hold memory).
+            assert self.gate is not None
+            self.gate.pause("inflight")
+
+    def _release(self) -> None:
+        """Handle the held frames, once nothing holds them any more."""
+        if self._held and not self._closed and self.gate is not None and not _holds(self.gate.reasons):
+            frames = list(self._held)
+            self._held.clear()
+            self._take(frames)
+
+    def _header_expired(self) -> None:
+        if self._proxy_header is not None and not self._closed:
+            self._bad_input(ProxyHeaderTimeout(self.proxy.settings.proxy_protocol_timeout_seconds))
+
+    def _receive_proxy_header(self, data: bytes) -> None:
+        assert self._proxy_header is not None
+        try:
+            header = self._proxy_header.feed(data)
+        except ProtocolError as exc:
+            self._bad_input(exc)
+            return
+        if header is None:
+            return
+        rest = self._proxy_header.remaining
+        self._proxy_header = None
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        self._use_proxy_header(header)
+        if rest:
+            self._early.append(bytes(rest))
+
+    def _use_proxy_header(self, header: ProxyHeader) -> None:
+        if header.source is not None:  # LOCAL (a health check) keeps the balancer's address
+            self.info.set_address(header.source[0], header.source[1])
+        self._start()
+
+    def _handle_request(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
+        sasl = self.info.sasl
+        if sasl is not None and sasl.legacy and sasl.mechanism is not None:
+            self._legacy_token(frame, out)
+            return
+        received_at = perf_counter()
+        header = parse_request_header(frame)
+        ctx = RequestContext(header, frame, self.info, received_at=received_at)
+        m = self.proxy.metrics.api(header.api_key)
+        m.requests += 1
+        m.request_bytes += len(frame)
+        if header.api_key == PRODUCE:
+            ctx.acks = produce_acks(frame, header.body_offset, header.api_version)
+            ctx.expects_response = ctx.acks != 0
+        reply = None
+        for stage in self.proxy.pipeline.request_stages(header.api_key):
+            reply = stage.on_request(ctx)
+            if reply is not None:
+                break
+        usage = self.proxy.usage
+        if usage is not None:
+            usage.request(ctx)
+        if reply is not None:
+            self._answer_locally(ctx, reply)
+            return
+        if ctx.expects_response:
+            pending = _Pending(ctx)
+            self._inflight.append(pending)
+            self._awaiting.append(pending)
+            if ctx.throttle_ms:
+                # Over quota on arrival (Produce): read nothing more; the throttle itself
+                # starts when the response goes out, as on a broker.
+                pending.throttle_due = True
+                self._throttles_due += 1
+                assert self.gate is not None
+                self.gate.pause("throttle")
+        elif ctx.throttle_ms:
+            self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
+        ctx.sent_at = perf_counter()
+        if ctx.patches is None:
+            out.append(frame)
+        else:
+            out.extend(ctx.forward_parts())
+
+    def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
+        if reply.later is not None:
+            # Hold this place in the response order until the answer is computed.
+            pending = _Pending(ctx)
+            self._inflight.append(pending)
+            assert self.gate is not None
+            self.gate.pause("authenticating")
+
+            def done(future: Any) -> None:
+                if self.gate is not None:
+                    self.gate.resume("authenticating")
+                if not self._closed:
+                    answer: Reply = future.result()
+                    assert answer.body is not None
+                    self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
+                               answer.close_after)
+                    self._release()
+            reply.later.add_done_callback(done)
+            return
+        if reply.body is None:
+            if ctx.throttle_ms:
+                self.mute(ctx.throttle_ms)  # refused with no response to send (acks=0)
+            return
+        self._reply(ctx, self._frame_reply(ctx, reply.body), reply.delay_ms, reply.close_after)
+
+    @staticmethod
+    def _frame_reply(ctx: RequestContext, body: bytes) -> bytes:
+        hv = ctx.header.spec.response_header_version(ctx.api_version) if ctx.header.spec else 0
+        return frame_response(ctx.header.correlation_id, hv, body)
+
+    def _reply(self, ctx: RequestContext, frame: bytes, delay_ms: int = 0, close_after: bool = False) -> None:
+        """Queue a response the proxy made, in order; optionally held back, optionally the last."""
+        pending = _Pending(ctx)
+        self._inflight.append(pending)
+        self._fill(pending, frame, delay_ms, close_after)
+
+    def _fill(self, pending: _Pending, frame: bytes, delay_ms: int, close_after: bool) -> None:
+        if close_after:
+            # Nothing after a failed authentication is read (a broker closes the connection).
+            assert self.gate is not None
+            self.gate.pause("closing")
+            self._draining = True
+
+        def ready() -> None:
+            pending.response = frame
+            self._flush()
+        if delay_ms > 0:
+            self.proxy.loop.call_later(delay_ms / 1000, ready)
+        else:
+            ready()
+
+    def _legacy_token(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
+        """A bare SASL token after SaslHandshake v0: no Kafka header, no correlation id."""
+        header = RequestHeader(SASL_AUTHENTICATE, 0, -1, None, 4, None)
+        ctx = RequestContext(header, frame, self.info, received_at=perf_counter(), raw=True)
+        sasl = self.proxy.sasl_stage
+        assert sasl is not None
+        if isinstance(sasl, SaslTerminate):
+            token, code, _, delay = sasl.step(self.info, bytes(frame[4:]))
+            if code:
+                # v0 has no error frame: the broker just closes the connection.
+                self._reply(ctx, b"", delay, close_after=True)
+                return
+            if self.info.sasl.server is None:
+                self.info.sasl.legacy = False
+            self._reply(ctx, INT32.pack(len(token)) + token)
+            return
+        sasl.legacy_token(self.info, bytes(frame[4:]))
+        pending = _Pending(ctx)
+        self._inflight.append(pending)
+        self._awaiting.append(pending)
+        ctx.sent_at = perf_counter()
+        out.append(frame)
+
+    def _bad_input(self, exc: ProtocolError) -> None:
+        self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
+        log.warning("closing connection from %s: %s: %s", self.info.describe(), exc.kind, exc)
+        self.close()
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None and self.upstream.gate is not None:
+            self.upstream.gate.pause("client-busy")
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None and self.upstream.gate is not None:
+            self.upstream.gate.resume("client-busy")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._stop_splice()
+        if self.upstream is not None and self.upstream.transport is not None:
+            # close(), not abort(): requests already read (acks=0 records among them) still
+            # reach the broker.
+            self.upstream.transport.close()
+        elif self._connect_task is not None and not self._connect_task.done():
+            self._connect_task.cancel()
+        if self._unmute is not None:
+            self._unmute.cancel()
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+        self.proxy.connection_closed(self)
+
+    # -- broker side -----------------------------------------------------------------------------
+
+    def on_response(self, frame: memoryview) -> None:
+        """Called by the upstream connection for each complete response frame."""
+        self._respond(self._answered(), frame)
+
+    def _answered(self) -> _Pending:
+        """The request the broker's next response answers (responses come in request order)."""
+        if not self._awaiting:
+            raise ProtocolError("unsolicited response")
+        pending = self._awaiting.popleft()
+        pending.ctx.answered_at = perf_counter()
+        if len(self._awaiting) < self.proxy.settings.max_inflight_requests and self.gate is not None:
+            self.gate.resume("inflight")
+        return pending
+
+    def _respond(self, pending: _Pending, frame: memoryview) -> None:
+        ctx = pending.ctx
+        if ctx.raw:  # the broker's bare answer to a legacy SASL token
+            stage = self.proxy.sasl_stage
+            assert isinstance(stage, SaslInspect)
+            stage.legacy_answer(self.info)
+            pending.response = bytes(frame)
+            self._flush()
+            return
+        _check_correlation(ctx, frame)
+        m = self.proxy.metrics.api(ctx.api_key)
+        m.observe_latency(ctx.answered_at - ctx.sent_at)
+        pending.response = self._run_response_stages(ctx, frame)
+        self._flush()
+
+    # -- large responses, as they arrive -------------------------------------------------------------
+
+    def on_response_head(self, head: FrameHead) -> None:
+        """The start of a large response (StreamingFrameDecoder). A Fetch whose response stages
+        can all work from the head is written on as it arrives; any other is gathered whole and
+        then handled like a small one."""
+        pending = self._answered()
+        self._streaming = pending
+        ctx = pending.ctx
+        stages = self.proxy.pipeline.response_stages(ctx.api_key)
+        # Gathered whole: not a Fetch, a response before it still to be written, or a stage that
+        # needs the whole body. _respond then handles it as any response.
+        if (ctx.api_key != FETCH or ctx.raw or self._closed or not self._inflight
+                or self._inflight[0] is not pending
+                or not all(stage.streams or not stage.wants(ctx) for stage in stages)):
+            pending.stream = _ASSEMBLE
+            pending.parts = [memoryview(head.data)]
+            return
+        _check_correlation(ctx, head.data)
+        m = self.proxy.metrics.api(ctx.api_key)
+        m.observe_latency(ctx.answered_at - ctx.sent_at)
+        spec = ctx.header.spec
+        assert spec is not None
+        body_at = response_body_offset(head.data, spec.response_header_version(ctx.api_version))
+        body: memoryview | bytes = memoryview(head.data)[body_at:]
+        body_size = head.size - body_at
+        for stage in stages:
+            if not stage.wants(ctx):  # asked stage by stage, as in _run_response_stages
+                continue
+            result = stage.on_head(ctx, memoryview(body), body_size)
+            if isinstance(result, Replacement):
+                # Answered with another body (a Fetch over quota): the rest of this one is dropped.
+                pending.stream = _DISCARD
+                pending.response = _header(head.data, body_at, len(result.body)) + result.body
+                self._flush()
+                return
+            if result is not None:
+                assert len(result) == len(body), "a streamed head must keep its length"
+                body = result
+        pending.stream = _STREAM
+        pending.size = head.size
+        if not isinstance(body, memoryview):  # changed: the header, then the new start of the body
+            self._write(head.data[:body_at] + body)
+        else:
+            self._write(head.data)
+
+    def on_response_piece(self, piece: FramePiece) -> None:
+        pending = self._streaming
+        assert pending is not None
+        mode = pending.stream
+        if mode is _STREAM:
+            self._write(piece.data)
+        elif mode is _ASSEMBLE:
+            assert pending.parts is not None
+            pending.parts.append(piece.data)  # a view of an immutable chunk: joined once, at the end
+        if not piece.last:
+            return
+        self._streaming = None
+        if mode is _ASSEMBLE:
+            assert pending.parts is not None
+            frame = memoryview(b"".join(pending.parts))
+            pending.parts = None
+            self._respond(pending, frame)
+        elif mode is _STREAM:
+            self._streamed(pending)
+
+    def _streamed(self, pending: _Pending) -> None:
+        """A response written on as it arrived has gone out whole."""
+        popped = self._inflight.popleft()
+        assert popped is pending
+        self._written(pending, pending.size)
+        self._flush()
+
+    def splice_rest(self, upstream: UpstreamConnection) -> None:
+        """Called after each read from the broker: when the response being written on has much
+        still to come and both sockets are plain TCP, move the rest with splice(2) (proxy.splice)
+        instead of reading it. The broker's socket is not read meanwhile."""
+        pending = self._streaming
+        if (pending is None or pending.stream is not _STREAM or self._fd is None or upstream.fd is None
+                or self._closed or self._splice is not None or upstream.gate is None):
+            return
+        size = upstream.decoder.streaming_left
+        if size < SPLICE_FROM:
+            return
+        try:
+            splice = Splice(self.proxy.loop, self.proxy.pipes, upstream.fd, self._fd, self.transport, size,
+                            self._spliced)
+        except OSError as exc:  # out of descriptors: the bytes come through data_received instead
+            log.debug("no splice for %s: %s", self.info.describe(), exc)
+            return
+        upstream.decoder.take_rest()
+        upstream.gate.pause("splice")
+        self._splice = splice
+        splice.start()  # may finish at once, when every byte is already there
+
+    def _spliced(self, failure: SpliceFailed | None) -> None:
+        splice, self._splice = self._splice, None
+        pending, self._streaming = self._streaming, None
+        assert splice is not None and pending is not None
+        upstream = self.upstream
+        if failure is not None:
+            # The client has part of a response: neither connection can go on.
+            log.info("closing connection from %s: %s failed mid-response: %s", self.info.describe(),
+                     "broker connection" if failure.side == "broker" else "client connection", failure.reason)
+            self._closed = True  # connection_lost follows; nothing more is said about either side
+            if upstream is not None and upstream.transport is not None:
+                upstream.transport.abort()
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        self.proxy.metrics.spliced_bytes.inc(splice.moved)
+        self._streamed(pending)
+        if upstream is not None and upstream.gate is not None:
+            upstream.gate.resume("splice")
+
+    def _stop_splice(self) -> None:
+        if self._splice is not None:
+            self._splice.cancel()
+            self._splice = None
+
+    def _write(self, data: Response) -> None:
+        if self._closed or self.transport is None:
+            return
+        corked = self._corked
+        if corked is not None:
+            if isinstance(data, list):
+                corked.extend(data)
+            else:
+                corked.append(data)
+        elif isinstance(data, list):
+            self.transport.writelines(data)
+        else:
+            self.transport.write(data)
+
+    def cork(self) -> None:
+        """Gather what is written until `uncork`: the responses one read from the broker
+        completes go out in one writev rather than a write each (a system call per response was
+        the largest cost of small responses)."""
+        self._corked = []
+
+    def uncork(self) -> None:
+        corked, self._corked = self._corked, None
+        if corked and not self._closed and self.transport is not None:
+            self.transport.writelines(corked)
+
+    def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> Response:
+        body_at = -1
+        body: memoryview | Pieces = frame
+        changed = False
+        for stage in self.proxy.pipeline.response_stages(ctx.api_key):
+            # Asked stage by stage: an earlier stage can make a later one wanted (a quota
+            # throttle makes ThrottleMerge write throttle_time_ms).
+            if not stage.wants(ctx):
+                continue
+            if body_at < 0:
+                spec = ctx.header.spec
+                assert spec is not None
+                body_at = response_body_offset(frame, spec.response_header_version(ctx.api_version))
+                body = frame[body_at:]
+            if isinstance(body, Pieces):  # a later stage needs one contiguous body
+                body = memoryview(body.join())
+            new_body = stage.on_response(ctx, body)
+            if new_body is not None:
+                body = new_body if isinstance(new_body, Pieces) else memoryview(new_body)
+                changed = True
+        if not changed:
+            return frame
+        # The broker's response header (correlation id, header tags) is kept as it was.
+        prefix = _header(frame, body_at, len(body))
+        if isinstance(body, Pieces):
+            return [prefix, *body.parts]  # the body itself is not copied
+        return prefix + bytes(body)
+
+    def _flush(self) -> None:
+        """Write every response at the head of the queue that is ready, in order."""
+        inflight = self._inflight
+        transport = self.transport
+        assert transport is not None
+        while inflight and inflight[0].response is not None:
+            pending = inflight.popleft()
+            response = pending.response
+            if isinstance(response, list):
+                size = sum(len(piece) for piece in response)
+            else:
+                assert response is not None
+                size = len(response)
+            self._write(response)
+            self._written(pending, size)
+        if self._draining and not inflight:
+            self.close()
+
+    def _written(self, pending: _Pending, size: int) -> None:
+        """A response has gone out whole: count it, and start its throttle."""
+        self.proxy.metrics.api(pending.ctx.api_key).response_bytes += size
+        usage = self.proxy.usage
+        if usage is not None:
+            usage.response(pending.ctx, size)
+        if pending.throttle_due:
+            self._throttles_due -= 1
+        if pending.ctx.throttle_ms:
+            self.mute(pending.ctx.throttle_ms)
+
+    def mute(self, throttle_ms: int) -> None:
+        """Stop reading this client's requests for the throttle time (KIP-219), for old and new
+        clients alike: the response has gone out at once, the next request waits unread."""
+        if self.gate is None or self._closed:
+            return
+        loop = self.proxy.loop
+        until = loop.time() + throttle_ms / 1000
+        self.gate.pause("throttle")
+        if until <= self._muted_until:
+            return
+        self._muted_until = until
+        if self._unmute is not None:
+            self._unmute.cancel()
+        self._unmute = loop.call_at(until, self._end_throttle)
+
+    def _end_throttle(self) -> None:
+        self._unmute = None
+        if self._throttles_due:
+            return  # a response over quota is still to go out; its own mute ends the pause
+        if self.gate is not None:
+            self.gate.resume("throttle")
+            self._release()
+
+    def upstream_lost(self, reason: str | None) -> None:
+        if not self._closed:
+            if reason:
+                log.info("closing connection from %s: broker connection lost: %s",
+                            self.info.describe(), reason)
+            self.close()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def begin_drain(self) -> None:
+        """Stop reading new requests; close once every in-flight request has its response."""
+        self._draining = True
+        if self.gate is not None:
+            self.gate.pause("shutdown")
+        if not self._inflight:
+            self.close()
+
+    def close(self) -> None:
+        self._stop_splice()  # a response cut short: the client cannot use the rest of it
+        self.uncork()  # what was written before closing still goes out
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+# The shortest PROXY header, "PROXY UNKNOWN\r\n": reading this much never reads past a header.
+_SHORTEST_PROXY_HEADER = 15
+
+
+class ProxyHeaderThenTls(asyncio.BufferedProtocol):
+    """A TLS listener behind a load balancer that speaks the PROXY protocol.
+
+    The balancer sends the PROXY header first, in the clear, and then the client's TLS
+    handshake (the specification's order, and what HAProxy and cloud load balancers send). So
+    this protocol reads exactly the header's bytes, never more, leaving the handshake in the
+    socket; then it starts TLS on the same connection and hands it to a ClientConnection.
+    """
+
+    def __init__(self, proxy: Proxy, listener: str, targets: Callable[[], Sequence[HostPort]]) -> None:
+        self.proxy = proxy
+        self.conn = ClientConnection(proxy, listener, targets)
+        self.transport: asyncio.Transport | None = None
+        self.parser = ProxyHeaderParser()
+        self._read = bytearray()  # the header bytes so far
+        self._buffer = bytearray(_SHORTEST_PROXY_HEADER)
+        self._timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.conn.info.set_address(str(peer[0]), int(peer[1]))
+        self._timer = _header_deadline(self.proxy, self._expired)
+
+    def _expired(self) -> None:
+        self._refuse(ProxyHeaderTimeout(self.proxy.settings.proxy_protocol_timeout_seconds))
+
+    def _refuse(self, exc: ProtocolError) -> None:
+        self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
+        log.warning("closing connection from %s: %s: %s", self.conn.info.describe(), exc.kind, exc)
+        assert self.transport is not None
+        self.transport.close()
+
+    def _wanted(self) -> int:
+        """How many more bytes to read: as many as the header still surely has, at least one."""
+        read = self._read
+        if read[:1] == V2_SIGNATURE[:1]:
+            if len(read) < V2_HEADER_LENGTH:
+                return V2_HEADER_LENGTH - len(read)
+            return V2_HEADER_LENGTH + int.from_bytes(read[14:16], "big") - len(read)
+        return 1  # version 1: byte by byte up to its CRLF
+
+    def get_buffer(self, sizehint: int) -> bytearray:
+        return self._buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        data = bytes(self._buffer[:nbytes])
+        self._read += data
+        try:
+            header = self.parser.feed(data)
+        except ProtocolError as exc:
+            self._refuse(exc)
+            return
+        if header is None:
+            self._buffer = bytearray(self._wanted())
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self.proxy._spawn(self._start_tls(header))
+
+    async def _start_tls(self, header: ProxyHeader) -> None:
+        transport = self.transport
+        assert transport is not None and self.proxy.server_ssl is not None
+        try:
+            tls = await self.proxy.loop.start_tls(transport, self.conn, self.proxy.server_ssl,
+                                                  server_side=True)
+        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
+            transport.close()  # a failed handshake, as on a TLS listener without PROXY headers
+            return
+        if tls is None or tls.is_closing():
+            transport.close()
+            return
+        self.conn.proxied = header
+        self.conn.connection_made(tls)
+
+    def eof_received(self) -> bool | None:
+        return None  # closed before its header ended: nothing to serve
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """The proxy's connection to a broker on behalf of one client connection."""
+
+    def __init__(self, client: ClientConnection) -> None:
+        self.client = client
+        self.decoder = StreamingFrameDecoder(MAX_RESPONSE_BYTES, STREAM_FROM)
+        self.transport: asyncio.Transport | None = None
+        self.gate: ReadGate | None = None
+        self.streams: Any = None  # the authenticated stream pair this transport came from
+        self.fd: int | None = None  # the socket's descriptor when splices may read from it
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.gate = ReadGate(self.transport)
+        if self.client.proxy.splicing:
+            self.fd = plain_socket_fd(transport)
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        client.cork()
+        try:
+            for event in self.decoder.feed(data):
+                kind = type(event)
+                if kind is memoryview:
+                    client.on_response(event)  # type: ignore[arg-type]
+                elif kind is FramePiece:
+                    client.on_response_piece(event)  # type: ignore[arg-type]
+                else:
+                    client.on_response_head(event)  # type: ignore[arg-type]
+        except ProtocolError as exc:
+            client.uncork()  # the responses before the bad one are the client's
+            self.client.proxy.metrics.protocol_errors.labels("broker_" + exc.kind).inc()
+            log.error("bad response from broker %s for client %s: %s",
+                      self.transport.get_extra_info("peername") if self.transport else "?",
+                      self.client.info.describe(), exc)
+            if self.transport is not None:
+                self.transport.abort()
+            self.client.upstream_lost(None)
+        else:
+            client.uncork()
+            if self.fd is not None and self.decoder.streaming_left:
+                client.splice_rest(self)
+
+    def pause_writing(self) -> None:
+        if self.client.gate is not None:
+            self.client.gate.pause("upstream-busy")
+
+    def resume_writing(self) -> None:
+        if self.client.gate is not None:
+            self.client.gate.resume("upstream-busy")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost(str(exc) if exc else "closed by the broker")

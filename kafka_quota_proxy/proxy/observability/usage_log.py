@@ -1,0 +1,340 @@
+"""The per-tenant usage log: what each (user, client-id) did, interval by interval.
+
+The meter counts on the event loop, a few integer additions per request. At each interval
+boundary (wall-clock aligned: 10:00:00, 10:00:10, ...) the loop swaps the current counters for
+fresh ones and queues the old ones, with a snapshot of the quotas, for a writer thread. The
+thread builds the records (quota/usage.py), encodes them as JSON Lines, appends them to the
+hour's file and gzips a file when its hour closes. So the loop never waits for a disk:
+
+- the queue is bounded (`queue_intervals`); an interval that does not fit is dropped and its
+  records counted in `kafka_quota_proxy_usage_records_dropped_total`;
+- tenants beyond `max_tenants` in one interval are not counted; their requests are counted in
+  `kafka_quota_proxy_usage_requests_unmetered_total`;
+- a write error is logged and counted, and the writer goes on with the next interval;
+- on shutdown the last (partial) interval is queued and the writer drains the queue before the
+  proxy exits. A file of an hour that a stopped proxy left open is gzipped by the next start.
+
+What is counted where: request groups, Produce bytes and connections when a request has passed
+the request stages; response bytes (Fetch) and request time when its response is written;
+throttles as the quota stages apply them (or, in observe mode, would); new producer ids and
+partitions mutated from the quota stages (partitions also without any quota configured).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import queue
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from time import perf_counter
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
+
+from kafka_quota_proxy.config.usage_settings import UsageLogSettings
+from kafka_quota_proxy.protocol.fetch import FETCH
+from kafka_quota_proxy.protocol.produce import PRODUCE
+from kafka_quota_proxy.proxy.context import RequestContext
+from kafka_quota_proxy.proxy.stages.quota import request_time_ms
+from kafka_quota_proxy.quota import usage
+from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
+
+log = logging.getLogger("kafka_quota_proxy.usage")
+
+MUTATIONS = frozenset({19, 20, 37})  # CreateTopics, DeleteTopics, CreatePartitions
+_GROUP_INDEX = {group: i for i, group in enumerate(usage.GROUPS)}
+_THROTTLE_INDEX = {t: i for i, t in enumerate(usage.THROTTLE_TYPES)}
+
+
+class TenantUsage:
+    """One tenant's counters for the current interval."""
+
+    __slots__ = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids",
+                 "partitions_mutated", "connections", "requests", "throttle_ms", "throttled")
+
+    def __init__(self) -> None:
+        self.produce_bytes = 0
+        self.fetch_bytes = 0
+        self.request_time_ms = 0.0
+        self.new_producer_ids = 0
+        self.partitions_mutated = 0
+        self.connections = 0
+        self.requests = [0] * len(usage.GROUPS)
+        self.throttle_ms = [0] * len(usage.THROTTLE_TYPES)
+        self.throttled = [0] * len(usage.THROTTLE_TYPES)
+
+
+Tenants = dict[str, dict[str, TenantUsage]]  # user -> client-id -> usage
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A closed interval on its way to the writer."""
+
+    start_ms: int
+    tenants: Tenants
+    quotas: QuotaStore
+
+
+class UsageMeter:
+    """Counts per tenant on the event loop; hands closed intervals to a `UsageWriter`."""
+
+    def __init__(self, settings: UsageLogSettings, store: QuotaStore, writer: UsageWriter,
+                 permits: Callable[[RequestContext], int],
+                 wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000) -> None:
+        self.settings = settings
+        self.store = store
+        self.writer = writer
+        self.permits = permits  # partitions a mutation request creates or deletes
+        self.wall_ms = wall_ms
+        self.interval_ms = settings.interval_seconds * 1000
+        self.start_ms = self._aligned(wall_ms())
+        self.tenants: Tenants = {}
+        self.count = 0
+        self.dropped = 0  # records of intervals the writer's queue had no room for
+        self.unmetered = 0  # requests of tenants beyond max_tenants
+
+    def _aligned(self, now_ms: int) -> int:
+        return now_ms - now_ms % self.interval_ms
+
+    def _tenant(self, user: str, client_id: str) -> TenantUsage | None:
+        by_client = self.tenants.get(user)
+        if by_client is None:
+            by_client = self.tenants[user] = {}
+        else:
+            found = by_client.get(client_id)
+            if found is not None:
+                return found
+        if self.count >= self.settings.max_tenants:
+            self.unmetered += 1
+            return None
+        self.count += 1
+        found = by_client[client_id] = TenantUsage()
+        return found
+
+    # -- counting, on the event loop -----------------------------------------------------------
+
+    def request(self, ctx: RequestContext) -> None:
+        """A request that passed the request stages (forwarded, or answered by the proxy)."""
+        if ctx.raw:
+            return  # a bare legacy SASL token
+        conn = ctx.conn
+        t = self._tenant(conn.principal, ctx.header.client_id or "")
+        if t is None:
+            return
+        key = ctx.api_key
+        t.requests[_GROUP_INDEX[usage.api_group(key)]] += 1
+        if not conn.metered:
+            conn.metered = True
+            t.connections += 1
+        if key == PRODUCE:
+            t.produce_bytes += len(ctx.frame) - 4
+            t.new_producer_ids += ctx.new_producer_ids
+        elif key in MUTATIONS:
+            if ctx.permits is None:
+                try:
+                    ctx.permits = self.permits(ctx)
+                except Exception:  # noqa: BLE001 - an undecodable body is the broker's to refuse
+                    ctx.permits = 0
+            t.partitions_mutated += ctx.permits
+
+    def response(self, ctx: RequestContext, size: int) -> None:
+        """A response written to the client: `size` bytes, size prefix included."""
+        if ctx.raw:
+            return
+        now = perf_counter()
+        if ctx.answered_at:
+            time_ms = request_time_ms(ctx, now)
+        else:
+            time_ms = (now - ctx.received_at) * 1000.0  # answered by the proxy itself
+        t = self._tenant(ctx.conn.principal, ctx.header.client_id or "")
+        if t is None:
+            return
+        if ctx.api_key == FETCH:
+            t.fetch_bytes += size - 4  # as Produce: the message without its size prefix
+        t.request_time_ms += time_ms
+
+    def throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None:
+        t = self._tenant(user, client_id)
+        i = _THROTTLE_INDEX.get(quota_type)
+        if t is None or i is None:
+            return
+        t.throttle_ms[i] += throttle_ms
+        t.throttled[i] += 1
+
+    # -- interval boundaries ---------------------------------------------------------------------
+
+    def rotate(self) -> None:
+        """Close the current interval (at its boundary, or at shutdown) and queue it."""
+        tenants, count = self.tenants, self.count
+        start = self.start_ms
+        self.tenants, self.count = {}, 0
+        self.start_ms = self._aligned(self.wall_ms())
+        if self.start_ms == start:
+            self.start_ms = start + self.interval_ms  # rotated early (shutdown): never reuse a start
+        if not tenants:
+            return
+        if not self.writer.submit(Interval(start, tenants, self.store.snapshot())):
+            self.dropped += count
+
+    def seconds_to_boundary(self) -> float:
+        return max(0.0, (self._aligned(self.wall_ms()) + self.interval_ms - self.wall_ms()) / 1000)
+
+
+class UsageWriter:
+    """The thread that turns intervals into JSON Lines files, one per UTC hour."""
+
+    def __init__(self, settings: UsageLogSettings, instance: str) -> None:
+        self.settings = settings
+        self.instance = instance
+        self.dir = Path(settings.dir)
+        self.queue: queue.Queue[Interval | None] = queue.Queue(maxsize=settings.queue_intervals)
+        self.written = 0  # records
+        self.errors = 0  # intervals lost to write errors
+        self._file: Any = None
+        self._path: Path | None = None
+        self._thread = threading.Thread(target=self._run, name="usage-log-writer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, interval: Interval) -> bool:
+        """Queue an interval without waiting; False if the queue is full."""
+        try:
+            self.queue.put_nowait(interval)
+            return True
+        except queue.Full:
+            return False
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Write everything queued, then stop. Waits up to `timeout` seconds for the disk."""
+        if not self._thread.is_alive():
+            return
+        try:
+            self.queue.put(None, timeout=timeout)
+        except queue.Full:
+            log.error("usage log: the writer is stuck; %d interval(s) not written", self.queue.qsize())
+            return
+        self._thread.join(timeout)
+
+    # -- the thread ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        self._gzip_leftovers()
+        while True:
+            interval = self.queue.get()
+            if interval is None:
+                break
+            try:
+                self._write(interval)
+            except OSError as exc:
+                self.errors += 1
+                log.error("usage log: cannot write the interval at %d: %s", interval.start_ms, exc)
+                self._close_file()
+        self._close_file()
+
+    def _hour_path(self, start_ms: int) -> Path:
+        t = time.gmtime(start_ms / 1000)
+        return (self.dir / f"dt={t.tm_year:04d}-{t.tm_mon:02d}-{t.tm_mday:02d}" / f"hour={t.tm_hour:02d}"
+                / f"usage-{self.instance}.jsonl")
+
+    def _write(self, interval: Interval) -> None:
+        path = self._hour_path(interval.start_ms)
+        if path != self._path:
+            previous = self._path
+            self._close_file()
+            if previous is not None:
+                self._gzip(previous)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the hour
+            self._path = path
+        lines = self._records(interval)
+        self._file.write("".join(lines))
+        self._file.flush()
+        self.written += len(lines)
+
+    def _records(self, interval: Interval) -> list[str]:
+        resolvers = {key: QuotaResolver(interval.quotas, key) for key in usage.QUOTA_KEYS}
+        seconds = self.settings.interval_seconds
+        lines = []
+        for user, by_client in interval.tenants.items():
+            for client_id, t in by_client.items():
+                quotas: dict[str, float | None] = {}
+                for key, resolver in resolvers.items():
+                    quotas[key.value] = resolver.resolve(
+                        user, None if key is QuotaKey.PRODUCER_IDS_RATE else client_id).quota
+                rec = usage.record(
+                    interval.start_ms, seconds, self.instance, user, client_id,
+                    {"produce_bytes": t.produce_bytes, "fetch_bytes": t.fetch_bytes,
+                     "request_time_ms": round(t.request_time_ms, 3), "new_producer_ids": t.new_producer_ids,
+                     "partitions_mutated": t.partitions_mutated, "connections": t.connections},
+                    dict(zip(usage.GROUPS, t.requests, strict=True)),
+                    dict(zip(usage.THROTTLE_TYPES, t.throttle_ms, strict=True)),
+                    dict(zip(usage.THROTTLE_TYPES, t.throttled, strict=True)), quotas)
+                lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
+        return lines
+
+    def _close_file(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as exc:
+                log.error("usage log: closing %s: %s", self._path, exc)
+            self._file = None
+            self._path = None
+
+    def _gzip(self, path: Path) -> None:
+        """Compress a closed hour's file to .jsonl.gz (appended as a new gzip member if one
+        exists already) and remove the plain file."""
+        target = path.with_name(path.name + ".gz")
+        try:
+            with open(path, "rb") as src, open(target, "ab") as raw:
+                with gzip.GzipFile(fileobj=raw, mode="ab") as dst:
+                    shutil.copyfileobj(src, dst)
+                raw.flush()
+                os.fsync(raw.fileno())  # on disk before the plain copy goes
+            path.unlink()
+        except OSError as exc:
+            self.errors += 1
+            log.error("usage log: cannot gzip %s: %s", path, exc)
+
+    def _gzip_leftovers(self) -> None:
+        """Gzip this instance's plain files of past hours (a previous run's last hour)."""
+        current = self._hour_path(time.time_ns() // 1_000_000)
+        for path in sorted(self.dir.glob(f"dt=*/hour=*/usage-{self.instance}.jsonl")):
+            if path != current:
+                self._gzip(path)
+
+
+def default_instance(listen_port: int) -> str:
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname()) or "proxy"
+    return f"{host[:80]}-{listen_port}"
+
+
+class UsageCollector(Collector):
+    """The usage log's own health, read at scrape time."""
+
+    def __init__(self, meter: UsageMeter) -> None:
+        self.meter = meter
+
+    def collect(self) -> Iterator[Any]:
+        m, w = self.meter, self.meter.writer
+        for name, text, value in (
+                ("usage_records_written", "Usage records written to the log", w.written),
+                ("usage_records_dropped", "Usage records dropped: the writer's queue was full", m.dropped),
+                ("usage_requests_unmetered", "Requests of tenants beyond usage_log.max_tenants in "
+                                             "their interval", m.unmetered),
+                ("usage_write_errors", "Intervals or hour files the usage log could not write", w.errors)):
+            family = CounterMetricFamily("kafka_quota_proxy_" + name, text)
+            family.add_metric([], value)
+            yield family

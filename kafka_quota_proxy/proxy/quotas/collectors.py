@@ -1,0 +1,141 @@
+"""Quota metrics that mirror a Kafka broker's (kafka.server:type=Produce|Fetch|Request|
+ControllerMutation, user=, client-id=), read from the quota managers at scrape time.
+
+Reading at scrape time costs nothing per request, and the series are exactly the managers' live
+sensors: their number is bounded by quota.max_tracked_entities and they expire after an hour
+idle, like Kafka's. Labels `user` and `client_id` are the sensor's tags (a user's tag is its
+sanitized principal; an empty tag means the measurement is shared, as in Kafka's JMX names).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, cast
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.rate import Rate
+from kafka_quota_proxy.quota.resolution import sanitize_user
+from kafka_quota_proxy.quota.token_bucket import TokenBucket
+
+P = "kafka_quota_proxy_"
+LABELS = ["scope", "user", "client_id"]
+
+
+class QuotaCollector(Collector):
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Any]:
+        engine = self.engine
+        now = engine.clock()
+        byte_rate = GaugeMetricFamily(P + "byte_rate", "Measured bytes/s per quota entity, as Kafka's "
+                                      "byte-rate", labels=["quota_type", *LABELS])
+        request_time = GaugeMetricFamily(P + "request_time_percent", "Measured request time per quota "
+                                         "entity, in percent of one thread (Kafka's request-time)",
+                                         labels=LABELS)
+        mutation_rate = GaugeMetricFamily(P + "mutation_rate", "Measured partition mutations/s",
+                                          labels=LABELS)
+        tokens = GaugeMetricFamily(P + "mutation_tokens", "Controller mutation tokens left",
+                                   labels=LABELS)
+        limit = GaugeMetricFamily(P + "quota_limit", "The quota in force for a measured entity",
+                                  labels=["quota_type", *LABELS])
+        for scope, managers in engine.scopes():
+            for manager, family in ((managers.produce, byte_rate), (managers.fetch, byte_rate),
+                                    (managers.request, request_time)):
+                for key, stat in manager.sensors.entries(now):
+                    _, user, client = cast(tuple[str, str, str], key)
+                    labels = [scope, user, client]
+                    if not isinstance(stat, Rate):
+                        continue
+                    if family is byte_rate:
+                        family.add_metric([manager.key.value, *labels], stat.measure(now))
+                    else:
+                        family.add_metric(labels, stat.measure(now))
+                    bound = manager.resolver.quota((user, client))
+                    if bound is not None:
+                        limit.add_metric([manager.key.value, *labels], bound)
+            for key, stat in managers.mutation.sensors.entries(now):
+                if isinstance(stat, TokenBucket):
+                    _, user, client = cast(tuple[str, str, str], key)
+                    tokens.add_metric([scope, user, client], stat.tokens(now))
+                    mutation_rate.add_metric([scope, user, client], stat.rate_per_s)
+        yield from self._producer_ids(now, limit)
+        yield from (byte_rate, request_time, mutation_rate, tokens, limit)
+
+        throttle_ms = CounterMetricFamily(P + "throttle_time_ms", "Throttle time applied (or, in "
+                                          "observe mode, that would have been)", labels=[
+                                              "quota_type", "user", "client_id"])
+        throttled = CounterMetricFamily(P + "throttled_requests", "Requests throttled (or, in observe "
+                                        "mode, that would have been)", labels=[
+                                            "quota_type", "user", "client_id"])
+        for (quota_type, user, client), rec in engine.throttles.records.items():
+            throttle_ms.add_metric([quota_type, user, client], rec.total_ms)
+            throttled.add_metric([quota_type, user, client], rec.count)
+        yield throttle_ms
+        yield throttled
+        accept = CounterMetricFamily(P + "connection_accept_throttle_time_ms", "Connections over "
+                                     "connection_creation_rate: total delay before closing them",
+                                     labels=["ip"])
+        for (_, ip, _), rec in engine.connection_throttles.records.items():
+            accept.add_metric([ip], rec.total_ms)
+        yield accept
+        configured = GaugeMetricFamily(P + "configured_quota", "Every configured quota, by entity",
+                                       labels=["quota_type", "user", "client_id", "ip"])
+        for entity, values in engine.store.entries().items():
+            for key, value in values.items():
+                configured.add_metric([key.value, entity.user or "", entity.client_id or "",
+                                       entity.ip or ""], value)
+        yield configured
+        dropped = CounterMetricFamily(P + "quota_entities_dropped", "Entities not measured because "
+                                      "quota.max_tracked_entities was reached")
+        dropped.add_metric([], engine.dropped_entities())
+        yield dropped
+        mode = GaugeMetricFamily(P + "quota_mode", "1 for the quota mode in force", labels=["mode"])
+        for name in ("enforce", "observe", "off"):
+            mode.add_metric([name], 1.0 if engine.settings.mode == name else 0.0)
+        yield mode
+
+    def _producer_ids(self, now: int, limit: GaugeMetricFamily) -> Iterator[Any]:
+        """KIP-936: per user, the new-id rate, ids remembered, the estimated false-positive rate
+        and refusals; per scope, the cache's size and what its caps turned away."""
+        rate = GaugeMetricFamily(P + "producer_id_rate", "New producer ids per second per user "
+                                 "(producer_ids_rate's measure)", labels=["scope", "user"])
+        tracked = GaugeMetricFamily(P + "producer_ids_tracked", "Producer ids remembered as seen "
+                                    "per user (added to its live Bloom filters)", labels=["scope", "user"])
+        fp_rate = GaugeMetricFamily(P + "producer_id_false_positive_rate", "Estimated chance that a "
+                                    "new id of this user is taken for seen", labels=["scope", "user"])
+        rejections = CounterMetricFamily(P + "producer_id_rejections", "Produce requests refused for "
+                                         "the producer-id quota (action reject)", labels=["scope", "user"])
+        users = GaugeMetricFamily(P + "producer_id_cache_users", "Users in the seen-producer-id cache",
+                                  labels=["scope"])
+        size = GaugeMetricFamily(P + "producer_id_cache_bytes", "Bloom filter bits held, in bytes",
+                                 labels=["scope"])
+        dropped = CounterMetricFamily(P + "producer_id_cache_dropped_users", "New users not tracked "
+                                      "because quota.producer_ids.max_users was reached", labels=["scope"])
+        overfull = CounterMetricFamily(P + "producer_id_cache_overfull_adds", "Ids added to a filter "
+                                       "already holding its capacity (its false-positive rate then "
+                                       "rises above the configured one)", labels=["scope"])
+        for scope, managers in self.engine.scopes():
+            m = managers.producer_ids
+            cache = m.cache
+            users.add_metric([scope], len(cache))
+            size.add_metric([scope], cache.memory_bytes())
+            dropped.add_metric([scope], cache.dropped_users)
+            overfull.add_metric([scope], cache.overfull_adds)
+            for user in cache.users():
+                tracked.add_metric([scope, sanitize_user(user)], cache.ids_tracked(user, now))
+                fp_rate.add_metric([scope, sanitize_user(user)], cache.estimated_fp_rate(user, now))
+            for key, stat in m.rate.sensors.entries(now):
+                if isinstance(stat, Rate):
+                    _, user_tag, _ = cast(tuple[str, str, str], key)
+                    rate.add_metric([scope, user_tag], stat.measure(now))
+                    bound = m.rate.resolver.quota((user_tag, ""))
+                    if bound is not None:
+                        limit.add_metric([QuotaKey.PRODUCER_IDS_RATE.value, scope, user_tag, ""], bound)
+            for user_tag, count in m.rejections.items():
+                rejections.add_metric([scope, user_tag], count)
+        yield from (rate, tracked, fp_rate, rejections, users, size, dropped, overfull)

@@ -1,0 +1,68 @@
+"""The quotas in force: the config file's `quotas:` list, overlaid by AlterClientQuotas.
+
+What the API sets or removes is kept in a state file beside the config (written atomically), and
+wins over the file key by key: an API value replaces the file's value for that entity and key,
+and an API removal hides it. A later edit of the YAML file changes only what the API never
+touched. Deleting the state file (with the proxy stopped) hands every key back to the YAML file.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kafka_quota_proxy.config.quota_state import ApiQuotaLayer, load_state, save_state
+from kafka_quota_proxy.quota.admin_api import (
+    AlterResult,
+    DescribeResult,
+    WireComponent,
+    WireEntity,
+    WireOp,
+    alter_client_quotas,
+    describe_client_quotas,
+)
+from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.resolution import QuotaStore
+
+log = logging.getLogger("kafka_quota_proxy.quotas")
+
+Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
+
+
+class QuotaControl:
+    def __init__(self, store: QuotaStore, file_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]],
+                 state_path: Path | None) -> None:
+        self.store = store
+        self.state_path = state_path
+        self.layer = load_state(state_path) if state_path is not None else ApiQuotaLayer({}, {})
+        self.file_quotas: Quotas = {e: dict(v) for e, v in file_quotas.items()}
+        self._apply()
+
+    def effective(self) -> Quotas:
+        return self.layer.merge_over(self.file_quotas)
+
+    def _apply(self) -> None:
+        self.store.replace(self.effective())
+
+    def reload_file(self, file_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]]) -> None:
+        self.file_quotas = {e: dict(v) for e, v in file_quotas.items()}
+        self._apply()
+
+    def describe(self, components: Sequence[WireComponent], strict: bool) -> DescribeResult:
+        return describe_client_quotas(self.effective(), components, strict)
+
+    def alter(self, entries: Sequence[tuple[WireEntity, Sequence[WireOp]]],
+              validate_only: bool) -> AlterResult:
+        result = alter_client_quotas(self.effective(), entries, validate_only)
+        if validate_only or not result.changes:
+            return result
+        for change in result.changes:
+            self.layer.apply(change.entity, change.key, change.value)
+        if self.state_path is not None:
+            save_state(self.state_path, self.layer)
+        self._apply()
+        for change in result.changes:
+            log.info("quota %s for %s set to %s through AlterClientQuotas", change.key.value,
+                     change.entity.describe(), "(removed)" if change.value is None else change.value)
+        return result

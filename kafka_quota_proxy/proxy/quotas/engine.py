@@ -1,0 +1,227 @@
+"""The proxy's quota managers, per measurement scope, and what they have throttled.
+
+Scope `broker` keeps one set of managers per upstream broker (the broker address a client
+connection forwards to, whichever listener it came in on), so the same quota settings behave as
+they would on each Kafka broker. Scope `proxy` keeps
+one set for everything behind this proxy instance. The managers themselves are the pure ones in
+`quota/`; this module only feeds them the time and remembers throttles for the metrics.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka_quota_proxy.config.quota_settings import QuotaSettings
+from kafka_quota_proxy.quota.entities import CLIENT_KEYS, USER_ONLY_KEYS, QuotaKey
+from kafka_quota_proxy.quota.managers import (
+    ClientQuotaManager,
+    ClientRequestQuotaManager,
+    ConnectionQuotas,
+    ControllerMutationQuotaManager,
+)
+from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
+from kafka_quota_proxy.quota.rate import MetricConfig
+from kafka_quota_proxy.quota.resolution import QuotaStore
+from kafka_quota_proxy.quota.sensors import LocalSensors
+
+EXPIRY_MS = 3_600_000  # Kafka expires idle quota sensors after an hour
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Switches:
+    """QuotaEngine.switches: what decides how (and whether) a request is charged."""
+
+    version: int  # the quota store's version they were made at
+    settings: QuotaSettings  # and the settings
+    measuring: bool  # some client quota has ever been configured (QuotaEngine.measuring)
+    charging: bool  # measuring, and the mode is not "off"
+    counting_producer_ids: bool  # some producer_ids_rate has ever been configured
+    request_quotas: bool  # some request_percentage has ever been configured
+    exempting: bool  # exempt principals or client-ids are listed
+
+
+@dataclass
+class ScopeManagers:
+    """The managers of one measurement scope."""
+
+    produce: ClientQuotaManager
+    fetch: ClientQuotaManager
+    request: ClientRequestQuotaManager
+    mutation: ControllerMutationQuotaManager
+    producer_ids: ProducerIdQuotaManager
+
+
+@dataclass(slots=True)
+class ThrottleRecord:
+    count: int = 0
+    total_ms: int = 0
+    last_ms: int = 0  # clock time of the last throttle, for expiry
+
+
+@dataclass
+class ThrottleStats:
+    """Throttles applied (or, in observe mode, that would have been) per quota type and entity."""
+
+    max_entities: int
+    records: dict[tuple[str, str, str], ThrottleRecord] = field(default_factory=dict)
+    dropped: int = 0
+
+    def add(self, quota_type: str, user: str, client_id: str, throttle_ms: int, now_ms: int) -> None:
+        key = (quota_type, user, client_id)
+        rec = self.records.get(key)
+        if rec is None:
+            if len(self.records) >= self.max_entities:
+                self.dropped += 1
+                return
+            rec = self.records[key] = ThrottleRecord()
+        rec.count += 1
+        rec.total_ms += throttle_ms
+        rec.last_ms = now_ms
+
+    def expire(self, now_ms: int) -> None:
+        for key in [k for k, r in self.records.items() if now_ms - r.last_ms >= EXPIRY_MS]:
+            del self.records[key]
+
+
+class QuotaEngine:
+    """Everything quota-related the proxy holds: configured quotas, managers, switches."""
+
+    def __init__(self, settings: QuotaSettings, store: QuotaStore,
+                 clock: Callable[[], int] = monotonic_ms) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self.config = MetricConfig(samples=settings.window_num, window_ms=settings.window_ms)
+        pid = settings.producer_ids
+        self.producer_id_config = MetricConfig(samples=pid.window_num, window_ms=pid.window_ms)
+        # A secret seed per process: a client cannot choose producer ids whose filter bits are
+        # already set, to pass as seen.
+        self.producer_id_seed = secrets.randbits(32)
+        self._scopes: dict[str, ScopeManagers] = {}
+        self._sensors: list[LocalSensors] = []
+        self.connections = ConnectionQuotas(store, self.config, self._new_sensors())
+        self.throttles = ThrottleStats(settings.max_tracked_entities)
+        self._switches: Switches | None = None
+        self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
+        # The usage log's meter (proxy.usage_log.UsageMeter), told of every throttle; None when off.
+        self.usage: Any = None
+
+    def _new_sensors(self) -> LocalSensors:
+        sensors = LocalSensors(self.config, max_entities=self.settings.max_tracked_entities,
+                               expiry_ms=EXPIRY_MS)
+        self._sensors.append(sensors)
+        return sensors
+
+    # -- switches, changeable at run time ---------------------------------------------------------
+
+    def update(self, settings: QuotaSettings) -> list[str]:
+        """Apply new switches; return the names of settings that need a restart to change."""
+        # state_file too: the quota control keeps writing where it read at start.
+        fixed = ("scope", "window_num", "window_size_seconds", "max_tracked_entities", "state_file")
+        needs_restart = [name for name in fixed if getattr(settings, name) != getattr(self.settings, name)]
+        old_ids, new_ids = self.settings.producer_ids, settings.producer_ids
+        shape = old_ids.SHAPE
+        needs_restart += [f"producer_ids.{n}" for n in shape if getattr(new_ids, n) != getattr(old_ids, n)]
+        # The measurement's shape stays as started; everything else (the producer-id action
+        # among it) applies at once.
+        producer_ids = dataclasses.replace(new_ids, **{n: getattr(old_ids, n) for n in shape})
+        self.settings = dataclasses.replace(settings, producer_ids=producer_ids,
+                                            **{n: getattr(self.settings, n) for n in fixed})
+        return needs_restart
+
+    @property
+    def active(self) -> bool:
+        return self.settings.mode != "off"
+
+    @property
+    def enforcing(self) -> bool:
+        return self.settings.mode == "enforce"
+
+    @property
+    def measuring(self) -> bool:
+        """False until some client quota has ever been configured (Kafka's sticky per-type
+        flags): until then the managers record nothing, so requests need not visit them."""
+        return self.switches().measuring
+
+    @property
+    def counting_producer_ids(self) -> bool:
+        """Whether a `producer_ids_rate` has ever been configured: Produce requests are then
+        read for their producer ids."""
+        return self.switches().counting_producer_ids
+
+    def switches(self) -> Switches:
+        """What every request asks before it is charged, in one call. Made again only when the
+        quotas (the store's version) or the settings change."""
+        found = self._switches
+        store, settings = self.store, self.settings
+        if found is None or found.version != store.version or found.settings is not settings:
+            measuring = any(store.quota_types_enabled(key) for key in CLIENT_KEYS | USER_ONLY_KEYS)
+            found = self._switches = Switches(
+                version=store.version, settings=settings, measuring=measuring,
+                charging=measuring and settings.mode != "off",
+                counting_producer_ids=bool(store.quota_types_enabled(QuotaKey.PRODUCER_IDS_RATE)),
+                request_quotas=bool(store.quota_types_enabled(QuotaKey.REQUEST_PERCENTAGE)),
+                exempting=bool(settings.exempt_principals or settings.exempt_client_ids))
+        return found
+
+    def exempt(self, principal: str, client_id: str | None) -> bool:
+        s = self.settings
+        return principal in s.exempt_principals or (client_id or "") in s.exempt_client_ids
+
+    # -- managers ---------------------------------------------------------------------------------
+
+    def scope(self, broker: str) -> ScopeManagers:
+        key = "proxy" if self.settings.scope == "proxy" else broker
+        found = self._scopes.get(key)
+        if found is None:
+            found = self._scopes[key] = ScopeManagers(
+                produce=ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE, self.store, self.config,
+                                           self._new_sensors()),
+                fetch=ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, self.store, self.config,
+                                         self._new_sensors()),
+                request=ClientRequestQuotaManager(self.store, self.config, self._new_sensors()),
+                mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors()),
+                producer_ids=self._producer_id_manager(),
+            )
+        return found
+
+    def _producer_id_manager(self) -> ProducerIdQuotaManager:
+        s = self.settings.producer_ids
+        cache = ProducerIdCache(s.window_ms, s.expected_ids_per_window, s.false_positive_rate, s.max_users,
+                                s.max_bits_per_user, self.producer_id_seed)
+        sensors = LocalSensors(self.producer_id_config, max_entities=self.settings.max_tracked_entities,
+                               expiry_ms=max(EXPIRY_MS, s.window_num * s.window_ms))
+        self._sensors.append(sensors)
+        return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache)
+
+    def tracks_producer_ids(self) -> bool:
+        """Whether any scope's seen-id cache holds a user (its cleanup then has work)."""
+        return any(len(m.producer_ids.cache) for m in self._scopes.values())
+
+    def expire_producer_ids(self) -> None:
+        now = self.clock()
+        for managers in self._scopes.values():
+            managers.producer_ids.expire(now)
+
+    def scopes(self) -> Iterator[tuple[str, ScopeManagers]]:
+        yield from self._scopes.items()
+
+    def dropped_entities(self) -> int:
+        return (sum(s.dropped for s in self._sensors) + self.throttles.dropped
+                + self.connection_throttles.dropped)
+
+    def expire(self) -> None:
+        now = self.clock()
+        for sensors in self._sensors:
+            sensors.expire(now)
+        self.throttles.expire(now)
+        self.connection_throttles.expire(now)

@@ -1,0 +1,306 @@
+"""The Proxy: listeners, the stage chains, the cluster view, metrics, and orderly shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import socket
+import ssl
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from prometheus_client import start_http_server
+
+from kafka_quota_proxy.config import ConfigError, HostPort, Settings
+from kafka_quota_proxy.config.identity_settings import principal_for_address
+from kafka_quota_proxy.config.quota_settings import default_state_file, validate_quota_entries
+from kafka_quota_proxy.identity.credentials import CredentialStore
+from kafka_quota_proxy.identity.failures import FailureBackoff
+from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper, x500_name_from_der
+from kafka_quota_proxy.proxy.cluster import Cluster
+from kafka_quota_proxy.proxy.context import ANONYMOUS
+from kafka_quota_proxy.proxy.datapath.client import ClientConnection, ProxyHeaderThenTls
+from kafka_quota_proxy.proxy.datapath.splice import PipePool
+from kafka_quota_proxy.proxy.datapath.splice import supported as splice_supported
+from kafka_quota_proxy.proxy.file_watch import watch_files
+from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
+from kafka_quota_proxy.proxy.observability.usage_log import (
+    UsageCollector,
+    UsageMeter,
+    UsageWriter,
+    default_instance,
+)
+from kafka_quota_proxy.proxy.quotas.collectors import QuotaCollector
+from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.reload import watch_config
+from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVersionsIntersect
+from kafka_quota_proxy.proxy.stages.base import Pipeline, RequestStage, ResponseStage
+from kafka_quota_proxy.proxy.stages.broker_addresses import AddressRewrite
+from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
+from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchWireVersion
+from kafka_quota_proxy.proxy.stages.quota import QuotaCharge, QuotaSettle, ThrottleMerge, mutation_permits
+from kafka_quota_proxy.proxy.stages.sasl import Principals, SaslInspect, SaslTerminate
+from kafka_quota_proxy.proxy.tls import server_context, upstream_context, watch_certificates
+from kafka_quota_proxy.quota.resolution import QuotaStore
+
+log = logging.getLogger("kafka_quota_proxy")
+# APIs the proxy answers itself in terminate mode: SaslHandshake v0-1, SaslAuthenticate v0-2.
+TERMINATED_SASL_APIS = ((17, 0, 1), (36, 0, 2))
+
+
+
+
+
+class Proxy:
+    """A running kafka-quota-proxy: owns every listener and client connection."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = ProxyMetrics()
+        self.upstream_ssl = upstream_context(settings.upstream_tls) if settings.upstream_tls else None
+        self.cluster = Cluster(settings, self._open_node_listener, self.upstream_ssl)
+        self.quotas = QuotaStore()
+        self.quota_control = QuotaControl(
+            self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
+            default_state_file(settings.config_path, settings.quota))
+        self.engine = QuotaEngine(settings.quota, self.quotas)
+        self.metrics.registry.register(QuotaCollector(self.engine))
+        self.sasl_stage = self._sasl_stage(settings)
+        terminate = isinstance(self.sasl_stage, SaslTerminate)
+        request: list[RequestStage] = [ApiVersionsGate()]
+        response: list[ResponseStage] = [
+            ApiVersionsIntersect(served=SERVED + (TERMINATED_SASL_APIS if terminate else ()))]
+        if isinstance(self.sasl_stage, SaslTerminate):
+            request.append(self.sasl_stage)  # before anything that would act for the client
+        elif isinstance(self.sasl_stage, SaslInspect):
+            request.append(self.sasl_stage)
+            response.append(self.sasl_stage)
+        request += [ClientQuotasApi(self.quota_control, self.engine), FetchWireVersion(),
+                    QuotaCharge(self.engine, self.cluster.topic_partitions)]
+        response += [AddressRewrite(self.cluster.advertise, self.cluster.observe_metadata),
+                     QuotaSettle(self.engine), ThrottleMerge()]
+        self.pipeline = Pipeline(request=request, response=response)
+        self.usage: UsageMeter | None = None
+        if settings.usage_log is not None:
+            u = settings.usage_log
+            writer = UsageWriter(u, u.instance or default_instance(settings.listen.port))
+            self.usage = UsageMeter(u, self.quotas, writer, permits=lambda ctx: mutation_permits(
+                ctx.api_key, ctx.decode_request(), self.cluster.topic_partitions))
+            self.engine.usage = self.usage
+            self.metrics.registry.register(UsageCollector(self.usage))
+        self.connections: set[ClientConnection] = set()
+        # Empty pipes for moving large Fetch responses with splice(2) (proxy.splice).
+        self.pipes = PipePool()
+        self.splicing = settings.splice and splice_supported()
+        self._per_ip: dict[str, int] = {}
+        self.ssl_mapper = SslPrincipalMapper.from_rules(settings.ssl_principal_mapping_rules)
+        self.server_ssl = server_context(settings.tls) if settings.tls else None
+        self._servers: list[asyncio.Server] = []
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._all_closed = asyncio.Event()
+        self._metrics_server: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None, "Proxy.start() has not run"
+        return self._loop
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        s = self.settings
+        server = await self.loop.create_server(
+            lambda: self._accept("bootstrap", self.cluster.bootstrap_targets),
+            s.listen.host, s.listen.port, reuse_address=True, backlog=1024, ssl=self._listener_ssl)
+        self._servers.append(server)
+        log.info("listening on %s (bootstrap) for upstream %s; clients are told host %s",
+                 s.listen, ", ".join(map(str, s.upstream)), s.effective_advertised_host)
+        if s.metrics is not None:
+            self._metrics_server, _ = start_http_server(s.metrics.port, s.metrics.host,
+                                                        registry=self.metrics.registry)
+            log.info("metrics at http://%s/metrics", s.metrics)
+        self._spawn(self.cluster.refresh_forever())
+        self._spawn(self._expire_forever())
+        self._spawn(self._expire_producer_ids_forever())
+        if self.usage is not None:
+            self.usage.writer.start()
+            self._spawn(self._rotate_usage_forever())
+            log.info("usage log: every %ds to %s as instance %s", self.usage.settings.interval_seconds,
+                     self.usage.writer.dir, self.usage.writer.instance)
+        if s.sasl.mode == "terminate" and s.sasl.credentials_file is not None:
+            self._spawn(self._watch_credentials(s.sasl.credentials_file))
+        if s.tls is not None and self.server_ssl is not None:
+            self._spawn(watch_certificates(self.server_ssl, s.tls.cert_file, s.tls.key_file,
+                                           s.tls.ca_file, "listener"))
+        if s.upstream_tls is not None and self.upstream_ssl is not None:
+            u = s.upstream_tls
+            self._spawn(watch_certificates(self.upstream_ssl, u.cert_file, u.key_file, u.ca_file,
+                                           "upstream"))
+        if s.config_path is not None:
+            self._spawn(watch_config(s.config_path, self))
+
+    async def _watch_credentials(self, path: str) -> None:
+        """Users added or removed with `kafka-quota-proxy users` apply without a restart."""
+        def reload() -> None:
+            try:
+                fresh = CredentialStore.load(path)
+            except ConfigError as exc:
+                log.error("credentials reload refused, keeping the current users: %s", exc)
+                return
+            assert isinstance(self.sasl_stage, SaslTerminate)
+            self.sasl_stage.store = fresh
+            log.info("credentials reloaded from %s: %d user(s)", path, len(fresh.users()))
+
+        await watch_files([path], 2.0, reload)
+
+    async def _expire_forever(self) -> None:
+        while True:
+            await asyncio.sleep(60)
+            self.engine.expire()
+
+    async def _expire_producer_ids_forever(self) -> None:
+        """KIP-936's cache cleanup, every producer.id.quota.cache.cleanup.scheduler.interval.ms
+        while some user is tracked; an idle proxy looks once a second."""
+        while True:
+            busy = self.engine.tracks_producer_ids()
+            await asyncio.sleep(self.engine.settings.producer_ids.cleanup_interval_ms / 1000 if busy else 1.0)
+            self.engine.expire_producer_ids()
+
+    async def _rotate_usage_forever(self) -> None:
+        usage = self.usage
+        assert usage is not None
+        while True:
+            await asyncio.sleep(usage.seconds_to_boundary() + 0.001)
+            usage.rotate()
+
+    def _spawn(self, coro: Any) -> None:
+        task = self.loop.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _open_node_listener(self, node_id: int, sock: socket.socket) -> None:
+        async def serve() -> None:
+            server = await self.loop.create_server(
+                lambda: self._accept(f"node-{node_id}", lambda: self.cluster.node_targets(node_id)),
+                sock=sock, backlog=1024, ssl=self._listener_ssl)
+            self._servers.append(server)
+        self._spawn(serve())
+
+    @property
+    def _proxy_header_before_tls(self) -> bool:
+        return self.settings.proxy_protocol and self.server_ssl is not None
+
+    @property
+    def _listener_ssl(self) -> ssl.SSLContext | None:
+        # A PROXY header comes before the TLS handshake: TLS starts once it has been read.
+        return None if self._proxy_header_before_tls else self.server_ssl
+
+    def _accept(self, listener: str,
+                targets: Callable[[], Sequence[HostPort]]) -> ClientConnection | ProxyHeaderThenTls:
+        if self._proxy_header_before_tls:
+            return ProxyHeaderThenTls(self, listener, targets)
+        return ClientConnection(self, listener, targets)
+
+    def _sasl_stage(self, settings: Settings) -> SaslInspect | SaslTerminate | None:
+        sasl = settings.sasl
+        if sasl.mode == "passthrough":
+            return SaslInspect(sasl, Principals(sasl))
+        if sasl.mode == "terminate":
+            assert sasl.credentials_file is not None
+            self.credentials = CredentialStore.load(sasl.credentials_file)
+            return SaslTerminate(sasl, self.credentials, Principals(sasl), FailureBackoff(),
+                                 self.engine.clock,
+                                 lambda mechanism: self.metrics.auth_failures.labels(mechanism).inc())
+        return None
+
+    def identify(self, transport: asyncio.BaseTransport, ip: str) -> str:
+        """The principal before any SASL: from a client certificate (mTLS), else from the
+        source address (principals_by_cidr), else ANONYMOUS, as Kafka's default builder."""
+        ssl_object = transport.get_extra_info("ssl_object") if self.settings.tls is not None else None
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der:  # read from the certificate itself, so the name is exactly what Java prints
+            return self.ssl_mapper.get_name(x500_name_from_der(der))
+        return principal_for_address(ip, self.settings.principals_by_cidr) or ANONYMOUS
+
+    def admit(self, conn: ClientConnection, ip: str) -> int | None:
+        """None to serve a new connection; else the delay (ms) after which to close it unread."""
+        conn.admitted = True
+        count = self._per_ip.get(ip, 0) + 1
+        self._per_ip[ip] = count
+        limit = self.engine.settings.max_connections_per_ip
+        if limit is not None and count > limit and self.engine.enforcing:
+            return 0
+        if not self.engine.active:
+            return None
+        delay = self.engine.connections.on_accept(ip, self.engine.clock())
+        if delay > 0:
+            self.engine.connection_throttles.add("connection_creation_rate", ip, "", delay,
+                                                 self.engine.clock())
+            if self.engine.enforcing:
+                return delay
+        return None
+
+    def connection_opened(self, conn: ClientConnection) -> None:
+        self.connections.add(conn)
+        self._all_closed.clear()
+        self.metrics.connections_accepted.inc()
+        self.metrics.connections_open.inc()
+
+    def connection_closed(self, conn: ClientConnection) -> None:
+        if conn in self.connections:
+            self.connections.discard(conn)
+            self.metrics.connections_closed.inc()
+            self.metrics.connections_open.dec()
+        if conn.admitted:
+            conn.admitted = False
+            left = self._per_ip.get(conn.info.ip, 1) - 1
+            if left > 0:
+                self._per_ip[conn.info.ip] = left
+            else:
+                self._per_ip.pop(conn.info.ip, None)
+        if not self.connections:
+            self._all_closed.set()
+
+    async def shutdown(self) -> None:
+        """Stop accepting, let in-flight requests finish, then close everything."""
+        for server in self._servers:
+            server.close()
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        pending = len(self.connections)
+        if pending:
+            log.info("shutting down: draining %d connection(s), up to %.0fs", pending,
+                     self.settings.shutdown_timeout_seconds)
+            for conn in list(self.connections):
+                conn.begin_drain()
+            try:
+                await asyncio.wait_for(self._all_closed.wait(), self.settings.shutdown_timeout_seconds)
+            except TimeoutError:
+                log.warning("shutdown timeout: closing %d connection(s) with requests in flight",
+                            len(self.connections))
+                for conn in list(self.connections):
+                    if conn.transport is not None:
+                        conn.transport.abort()
+        for server in self._servers:
+            await server.wait_closed()
+        if self.usage is not None:
+            # The last, partial interval too; the writer drains its queue off the loop.
+            self.usage.rotate()
+            await self.loop.run_in_executor(None, self.usage.writer.close)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server.server_close()
+        self.pipes.close()
+        log.info("stopped")
+
+    async def run_until_signalled(self) -> None:
+        await self.start()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await self.shutdown()

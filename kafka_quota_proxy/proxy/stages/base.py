@@ -1,0 +1,95 @@
+"""The request and response stage chains.
+
+A request passes the request stages in order, then goes to the broker; its response passes the
+response stages, then goes to the client. Each stage names the API keys it cares about, and the
+chain for a key is computed once, so a frame no stage asked for is forwarded without any work
+beyond reading its header. Adding a concern (a quota type, say) adds a stage and touches nothing
+else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.proxy.context import RequestContext
+
+
+@dataclass(slots=True)
+class Reply:
+    """A response body produced by the proxy itself: the request is not forwarded."""
+
+    body: bytes | None  # None: no response at all (a refused Produce with acks=0)
+    delay_ms: int = 0  # hold the answer this long (failed authentications are slowed down)
+    close_after: bool = False  # close the connection once it is written (failed authentication)
+    # The answer is computed off the event loop (a PLAIN password hash takes ~100 ms of CPU):
+    # it resolves to the Reply to send; `body` is then unused.
+    later: Any = None
+
+
+class RequestStage:
+    """Looks at (and may answer) a request before it is forwarded."""
+
+    api_keys: frozenset[int] | None = None  # None: every request
+
+    def on_request(self, ctx: RequestContext) -> Reply | None:
+        """Return a Reply to answer the request here, or None to pass it on."""
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Replacement:
+    """From `ResponseStage.on_head`: send this body instead of the response being streamed."""
+
+    body: bytes
+
+
+class ResponseStage:
+    """Looks at (and may replace) a response body before it reaches the client."""
+
+    api_keys: frozenset[int] | None = None
+    # Whether `on_head` can stand in for `on_response`: a large Fetch response is then written
+    # on as it arrives (cut-through) when every stage that wants it streams.
+    streams: bool = False
+
+    def wants(self, ctx: RequestContext) -> bool:
+        """Finer filter than api_keys, checked per response (some versions, some clients)."""
+        return True
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        """Return a new body (whole, or spliced onto a prefix of the old one), or None to leave
+        the response as it is."""
+        return None
+
+    def on_head(self, ctx: RequestContext, head: memoryview, body_size: int) -> bytes | Replacement | None:
+        """A streamed response: `head` is the start of its body, `body_size` the whole body's
+        size. Return a changed head (the same number of bytes), a Replacement, or None."""
+        raise NotImplementedError(f"{type(self).__name__} does not stream")
+
+
+def _for_key(stages: Iterable[RequestStage | ResponseStage], api_key: int) -> tuple:
+    return tuple(s for s in stages if s.api_keys is None or api_key in s.api_keys)
+
+
+class Pipeline:
+    """The two chains, with the per-key selection cached."""
+
+    def __init__(self, request: Sequence[RequestStage], response: Sequence[ResponseStage]) -> None:
+        self._request = tuple(request)
+        self._response = tuple(response)
+        self._request_by_key: dict[int, tuple[RequestStage, ...]] = {}
+        self._response_by_key: dict[int, tuple[ResponseStage, ...]] = {}
+
+    def request_stages(self, api_key: int) -> tuple[RequestStage, ...]:
+        found = self._request_by_key.get(api_key)
+        if found is None:
+            found = self._request_by_key[api_key] = _for_key(self._request, api_key)
+        return found
+
+    def response_stages(self, api_key: int) -> tuple[ResponseStage, ...]:
+        found = self._response_by_key.get(api_key)
+        if found is None:
+            found = self._response_by_key[api_key] = _for_key(self._response, api_key)
+        return found

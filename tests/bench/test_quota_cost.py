@@ -1,0 +1,44 @@
+"""bench.quota_cost runs (a few calls per round here) and times what it says it times: the
+quota stages do real accounting work for 100 tenants and next to none with no quota."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import quota_cost
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.quota.entities import QuotaKey
+
+
+def test_quota_cost_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(quota_cost, "CALLS", 200)
+    rows = quota_cost.run()
+    assert [name for name, _ in rows] == [
+        "Produce: quota stages, no quota configured",
+        "Produce: quota stages, 100 tenants' producer_byte_rate",
+        "Produce: added by the quotas",
+        "Fetch: quota stages, no quota configured",
+        "Fetch: quota stages, 100 tenants' consumer_byte_rate",
+        "Fetch: added by the quotas"]
+    assert all(value.endswith(" µs") for _, value in rows)
+
+
+@pytest.mark.parametrize("key", [QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE])
+def test_every_tenant_is_measured(monkeypatch: pytest.MonkeyPatch, key: QuotaKey) -> None:
+    """With the quotas configured, the timed requests are charged, each tenant on its own sensor."""
+    engines: list[QuotaEngine] = []
+    real = quota_cost._engine
+
+    def recording(k: QuotaKey | None) -> QuotaEngine:
+        engines.append(real(k))
+        return engines[-1]
+    monkeypatch.setattr(quota_cost, "_engine", recording)
+    monkeypatch.setattr(quota_cost, "CALLS", 200)
+    produce = key == QuotaKey.PRODUCER_BYTE_RATE
+    (quota_cost.produce_ns if produce else quota_cost.fetch_ns)(key)
+    (engine,) = engines
+    managers = engine.scope("127.0.0.1:9092")
+    charged = managers.produce if produce else managers.fetch
+    assert len(charged.sensors) == quota_cost.TENANTS
+    assert all(charged.measure("ANONYMOUS", f"tenant-{i:03d}", engine.clock()) > 0
+               for i in range(quota_cost.TENANTS))

@@ -1,0 +1,337 @@
+"""What crosses the proxy, byte for byte, seen from a scripted broker."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+from kafka_quota_proxy.identity.credentials import CredentialStore
+from kafka_quota_proxy.protocol.headers import RequestHeader
+from tests.proxy.conftest import (
+    correlation_id,
+    is_closed,
+    list_groups,
+    produce_acks0_v3,
+    read_frame,
+    request_frame,
+    running,
+)
+from tests.support.fake_broker import BrokerConn, list_groups_v0_body
+from tests.support.processes import free_port
+
+
+def run(coro: object) -> None:
+    asyncio.run(coro)  # type: ignore[arg-type]
+
+
+def test_requests_and_responses_pass_unchanged() -> None:
+    async def scenario() -> None:
+        async with running() as h:
+            reader, writer = await h.connect()
+            frames = [list_groups(i) for i in range(1, 6)]
+            writer.write(b"".join(frames))  # five requests in flight at once
+            responses = [await read_frame(reader) for _ in frames]
+            assert [correlation_id(r) for r in responses] == [1, 2, 3, 4, 5]
+            assert all(r[8:] == list_groups_v0_body() for r in responses)
+            (conn,) = h.broker.client_conns()
+            assert conn.frames == frames
+            writer.close()
+    run(scenario())
+
+
+BAD_INPUTS = {
+    "garbage": (b"\xff\xfe garbage, not kafka \x00\x01\x02\x03" * 3, "negative_frame_length"),
+    "negative length": (struct.pack(">i", -5) + b"abcde", "negative_frame_length"),
+    "oversized": (struct.pack(">i", 2048) + b"x" * 64, "frame_too_large"),
+    "truncated header": (struct.pack(">i", 5) + b"\x00\x10\x00\x00\x00", "truncated"),
+    "unknown api key": (request_frame(999, 0, 1), "unknown_api_key"),
+    "unknown version": (request_frame(3, 99, 1), "unsupported_api_version"),
+    "bad client id length": (struct.pack(">ihhih", 10, 16, 0, 1, -7), "malformed"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_closes_that_connection_only(name: str, caplog: pytest.LogCaptureFixture) -> None:
+    data, kind = BAD_INPUTS[name]
+
+    async def scenario() -> None:
+        async with running(max_frame_bytes=1024) as h:
+            good_r, good_w = await h.connect()
+            good_w.write(list_groups(1))
+            assert correlation_id(await read_frame(good_r)) == 1
+
+            bad_r, bad_w = await h.connect()
+            await h.wait_for(lambda: len(h.proxy.connections) == 2)
+            bad_w.write(data)
+            assert await is_closed(bad_r)
+            assert h.errors(kind) == 1
+
+            good_w.write(list_groups(2))  # the other connection carries on
+            assert correlation_id(await read_frame(good_r)) == 2
+            # Nothing of the bad input reached the broker.
+            received = sorted(bytes(c.received) for c in h.broker.client_conns())
+            assert received in ([list_groups(1) + list_groups(2)],
+                                [b"", list_groups(1) + list_groups(2)])
+            good_w.close()
+    with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
+        run(scenario())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("closing connection from 127.0.0.1:")
+    assert f": {kind}: " in warnings[0]
+
+
+def test_partial_frame_is_never_forwarded() -> None:
+    async def scenario() -> None:
+        async with running() as h:
+            reader, writer = await h.connect()
+            whole, half = list_groups(1), list_groups(2)[:9]
+            writer.write(whole + half)
+            assert correlation_id(await read_frame(reader)) == 1
+            writer.close()
+            await h.wait_for(lambda: not h.proxy.connections)
+            assert [c.received for c in h.broker.client_conns()] == [bytearray(whole)]
+    run(scenario())
+
+
+def test_local_reply_waits_for_earlier_broker_responses() -> None:
+    release = asyncio.Event()
+
+    async def slow(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        if header.correlation_id == 1:
+            await release.wait()
+        return list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(slow) as h:
+            reader, writer = await h.connect()
+            # ApiVersions v9 is newer than the codec: the proxy answers it itself (KIP-511).
+            writer.write(list_groups(1) + request_frame(18, 9, 2, flexible=True) + list_groups(3))
+            with pytest.raises(asyncio.TimeoutError):
+                await read_frame(reader, timeout=0.3)  # nothing may overtake response 1
+            release.set()
+            responses = [await read_frame(reader) for _ in range(3)]
+            assert [correlation_id(r) for r in responses] == [1, 2, 3]
+            # v0 body: error 35, one entry (18, 0, 4)
+            assert responses[1][8:] == struct.pack(">hihhh", 35, 1, 18, 0, 4)
+            writer.close()
+    run(scenario())
+
+
+def test_produce_acks0_gets_no_response_and_keeps_order() -> None:
+    async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return None if header.api_key == 0 else list_groups_v0_body()
+
+    async def scenario_with_handler() -> None:
+        async with running(handler) as h:
+            reader, writer = await h.connect()
+            frames = [produce_acks0_v3(1), list_groups(2), produce_acks0_v3(3), list_groups(4)]
+            writer.write(b"".join(frames))
+            assert [correlation_id(await read_frame(reader)) for _ in range(2)] == [2, 4]
+            await h.wait_for(lambda: len(h.broker.client_conns()[0].frames) == 4)
+            assert h.broker.client_conns()[0].frames == frames
+            writer.close()
+    run(scenario_with_handler())
+
+
+def test_acks0_records_reach_broker_when_client_closes_at_once() -> None:
+    async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return None
+
+    async def scenario() -> None:
+        async with running(handler) as h:
+            _, writer = await h.connect()
+            frames = [produce_acks0_v3(i) for i in range(1, 201)]
+            writer.write(b"".join(frames))
+            await writer.drain()
+            writer.close()
+            await h.wait_for(lambda: sum(len(c.frames) for c in h.broker.client_conns()) == 200)
+            assert h.broker.client_conns()[0].frames == frames
+    run(scenario())
+
+
+def test_broker_closing_closes_the_client() -> None:
+    async def hang_up(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        conn.close()
+        return None
+
+    async def scenario() -> None:
+        async with running(hang_up) as h:
+            reader, writer = await h.connect()
+            writer.write(list_groups(1))
+            assert await is_closed(reader)
+            await h.wait_for(lambda: not h.proxy.connections)
+    run(scenario())
+
+
+def test_unreachable_node_closes_client_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with running() as h:
+            await h.broker.stop()  # broker gone: the bootstrap listener has nowhere to go
+            reader, _ = await h.connect()
+            assert await is_closed(reader, timeout=15)
+    with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
+        run(scenario())
+    lines = [r.getMessage() for r in caplog.records if "no broker reachable" in r.getMessage()]
+    assert len(lines) == 1
+
+
+def _producer_frame(correlation: int, size: int) -> bytes:
+    return request_frame(0, 3, correlation, struct.pack(">hhii", -1, 0, 1000, 0) + b"\x00" * size)
+
+
+def test_slow_broker_stops_the_proxy_reading_from_a_fast_producer() -> None:
+    async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return None if header.api_key == 0 else list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(handler) as h:
+            reader, writer = await h.connect()
+            writer.write(list_groups(0))  # establish the upstream connection
+            await h.wait_for(lambda: bool(h.broker.client_conns()))
+            (broker_conn,) = h.broker.client_conns()
+            broker_conn.reading.clear()  # the broker stops reading
+            frame_size = 256 * 1024
+            sent = []
+            blocked = False
+            for i in range(1, 1024):  # at most 256 MiB
+                frame = _producer_frame(i, frame_size)
+                writer.write(frame)
+                sent.append(frame)
+                try:
+                    await asyncio.wait_for(writer.drain(), 1.0)
+                except TimeoutError:
+                    blocked = True
+                    break
+            assert blocked, "the proxy kept reading although the broker did not"
+            (conn,) = h.proxy.connections
+            assert "upstream-busy" in conn.gate.reasons
+            assert conn.upstream.transport.get_write_buffer_size() <= 2 * frame_size + 64 * 1024
+            broker_conn.reading.set()  # the broker catches up: every byte arrives, in order
+            expected = list_groups(0) + b"".join(sent)
+            await h.wait_for(lambda: len(broker_conn.received) >= len(expected), timeout=30)
+            assert bytes(broker_conn.received) == expected
+            writer.close()
+    run(scenario())
+
+
+def test_slow_consumer_stops_the_proxy_reading_from_the_broker() -> None:
+    big = b"\x00\x00\x00\x00\x00\x00" + b"r" * (1024 * 1024)
+
+    async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return big
+
+    async def scenario() -> None:
+        async with running(handler) as h:
+            reader, writer = await h.connect()
+            writer.write(b"".join(list_groups(i) for i in range(1, 101)))  # 100 MiB of responses
+            await writer.drain()
+            await h.wait_for(lambda: bool(h.proxy.connections))
+            (conn,) = h.proxy.connections
+            await h.wait_for(lambda: conn.upstream is not None and
+                             "client-busy" in conn.upstream.gate.reasons, timeout=10)
+            await asyncio.sleep(0.5)  # give an unbounded proxy time to misbehave
+            assert conn.transport.get_write_buffer_size() <= 4 * len(big)
+            (broker_conn,) = h.broker.client_conns()
+            assert len(broker_conn.frames) < 100  # the broker is held back too
+            responses = [await read_frame(reader, timeout=30) for _ in range(100)]
+            assert [correlation_id(r) for r in responses] == list(range(1, 101))
+            assert all(r[8:] == big for r in responses)
+            writer.close()
+    run(scenario())
+
+
+
+def test_broker_first_named_in_a_response_gets_a_listener_that_routes_to_it() -> None:
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
+
+    from tests.support.fake_broker import FakeBroker
+
+    async def scenario() -> None:
+        other = await FakeBroker().start()  # broker 2, not in any Metadata response
+        node2_port = free_port()
+
+        async def coordinator(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+            if header.api_key != 10:
+                return list_groups_v0_body()
+            resp = FindCoordinatorResponse(version=4, throttle_time_ms=0, coordinators=[
+                FindCoordinatorResponse.Coordinator(key="g1", node_id=2, host="127.0.0.1",
+                                                    port=other.port, error_code=0, error_message=None),
+                FindCoordinatorResponse.Coordinator(key="g2", node_id=-1, host="", port=-1,
+                                                    error_code=15, error_message="not available")])
+            return bytes(resp.encode(version=4))
+
+        async with running(coordinator, node_ports={1: free_port(), 2: node2_port}) as h:
+            reader, writer = await h.connect()
+            # FindCoordinator v4: key_type 0, coordinator_keys ["g1", "g2"], no tagged fields
+            body = b"\x00" + b"\x03" + b"\x03g1" + b"\x03g2" + b"\x00"
+            writer.write(request_frame(10, 4, 1, body, flexible=True))
+            response = await read_frame(reader)
+            msg = FindCoordinatorResponse.decode(response[9:], version=4)
+            assert [(c.node_id, c.host, c.port) for c in msg.coordinators] == [
+                (2, "127.0.0.1", node2_port), (-1, "", -1)]
+            r2, w2 = await h.connect(node2_port)
+            w2.write(list_groups(9))
+            assert correlation_id(await read_frame(r2)) == 9
+            assert [c.frames for c in other.conns] == [[list_groups(9)]]
+            writer.close()
+            w2.close()
+        await other.stop()
+    run(scenario())
+
+
+def test_a_proxy_protocol_header_must_arrive_in_time(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with running(proxy_protocol=True, proxy_protocol_timeout_seconds=0.3) as h:
+            slow_r, slow_w = await h.connect()
+            slow_w.write(b"PROXY TCP4 10.1.2.3 ")  # half a header, then nothing
+            prompt_r, prompt_w = await h.connect()
+            prompt_w.write(b"PROXY TCP4 10.1.2.4 127.0.0.1 5555 9092\r\n")
+            assert await is_closed(slow_r, timeout=10)
+            assert h.errors("proxy_protocol_timeout") == 1
+            await asyncio.sleep(0.5)  # well past the deadline: the prompt one is not cut off
+            prompt_w.write(list_groups(1))
+            assert correlation_id(await read_frame(prompt_r)) == 1
+            prompt_w.close()
+    with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
+        run(scenario())
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1
+    assert "proxy_protocol_timeout: no complete PROXY protocol header within 0.3s" in warnings[0]
+
+
+def test_requests_pipelined_behind_a_plain_authentication_wait_for_its_outcome(tmp_path: Path) -> None:
+    """PLAIN is checked on a worker thread. A client that writes its first request together
+    with SaslAuthenticate has that request read after the outcome, as the authenticated user,
+    not refused as a request before authentication."""
+    users = tmp_path / "users.yaml"
+    store = CredentialStore()
+    store.add("alice", "alice-Secret-1", ["PLAIN"])
+    store.save(users)
+
+    def frame(msg: Any, correlation: int) -> bytes:
+        msg.with_header(correlation_id=correlation, client_id="c")
+        return bytes(msg.encode(version=1, header=True, framed=True))
+
+    async def scenario() -> None:
+        async with running(sasl={"mode": "terminate", "credentials_file": str(users)}) as h:
+            reader, writer = await h.connect()
+            writer.write(frame(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+            assert correlation_id(await read_frame(reader)) == 1
+            token = b"\x00alice\x00alice-Secret-1"
+            writer.write(frame(SaslAuthenticateRequest(auth_bytes=token), 2) + list_groups(3))
+            auth, groups = await read_frame(reader), await read_frame(reader)
+            assert correlation_id(auth) == 2
+            assert struct.unpack_from(">h", auth, 8)[0] == 0  # error_code NONE
+            assert correlation_id(groups) == 3 and groups[8:] == list_groups_v0_body()
+            (conn,) = h.broker.client_conns()
+            assert conn.frames == [list_groups(3)]
+            (client,) = h.proxy.connections
+            assert client.info.principal == "alice"
+            writer.close()
+    run(scenario())
