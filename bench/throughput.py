@@ -54,7 +54,8 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.load import Ring, check_produce, produce_frame, record_batch, round_trip
-from tests.support.processes import LOOPBACK, Broker, ProxyProcess, free_port, tansu_binary, wait_for_port
+from devkit.processes import LOOPBACK, ProxyProcess, free_port, wait_for_port
+from devkit.tansu import Broker, tansu_binary
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_DIR = Path(__file__).resolve().parent / "results"

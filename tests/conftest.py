@@ -5,7 +5,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.processes import Broker, ProxyProcess
+from devkit.processes import ProxyProcess
+from devkit.tansu import Broker
 
 
 @pytest.fixture(scope="session")

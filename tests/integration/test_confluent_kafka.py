@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.processes import ProxyProcess
+from devkit.processes import ProxyProcess
 
 pytestmark = pytest.mark.integration
 

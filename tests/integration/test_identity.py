@@ -27,8 +27,9 @@ from kafka.admin import NewTopic as KpNewTopic
 from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 from prometheus_client.parser import text_string_to_metric_families
 
+from devkit.processes import LOOPBACK, ProxyProcess
+from devkit.tansu import Broker
 from tests.support.certs import CertFiles, Pki
-from tests.support.processes import LOOPBACK, Broker, ProxyProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -17,7 +17,8 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer.fetch import FetchRequest
 
-from tests.support.processes import Broker, ProxyProcess, free_port, wait_for_port
+from devkit.processes import ProxyProcess, free_port, wait_for_port
+from devkit.tansu import Broker
 
 pytestmark = pytest.mark.integration
 

@@ -21,8 +21,9 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devkit.processes import ProxyProcess
+from devkit.tansu import Broker
 from kafka_quota_proxy.identity.credentials import CredentialStore
-from tests.support.processes import Broker, ProxyProcess
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from aiokafka.structs import TopicPartition as AioTopicPartition
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
 
-from tests.support.processes import ProxyProcess
+from devkit.processes import ProxyProcess
 
 pytestmark = pytest.mark.integration
 

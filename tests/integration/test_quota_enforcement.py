@@ -35,6 +35,8 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devkit.processes import ProxyProcess
+from devkit.tansu import Broker
 from tests.support.clients import (
     Progress,
     alter_quota,
@@ -43,7 +45,6 @@ from tests.support.clients import (
     run_consumer,
     run_producer,
 )
-from tests.support.processes import Broker, ProxyProcess
 
 pytestmark = pytest.mark.integration
 

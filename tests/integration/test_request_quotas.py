@@ -21,8 +21,9 @@ from kafka.admin import NewTopic as KpNewTopic
 from kafka.errors import ThrottlingQuotaExceededError
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
+from devkit.processes import ProxyProcess
+from devkit.tansu import Broker
 from tests.support.clients import Progress, alter_quota
-from tests.support.processes import Broker, ProxyProcess
 
 pytestmark = pytest.mark.integration
 

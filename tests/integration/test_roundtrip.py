@@ -12,7 +12,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, TopicPartition
 
-from tests.support.processes import ProxyProcess
+from devkit.processes import ProxyProcess
 
 pytestmark = pytest.mark.integration
 

@@ -22,8 +22,9 @@ from kafka.errors import KafkaError
 from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka.protocol.sasl import SaslHandshakeRequest
 
+from devkit.processes import ProxyProcess
+from devkit.tansu import Broker
 from kafka_quota_proxy.identity.credentials import CredentialStore
-from tests.support.processes import Broker, ProxyProcess
 
 pytestmark = pytest.mark.integration
 

@@ -13,10 +13,11 @@ import pandas as pd
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from devkit.processes import ProxyProcess
+from devkit.tansu import Broker
 from kafka_quota_proxy.analytics.replay import replay_unit
 from kafka_quota_proxy.quota.rate import MetricConfig
 from tests.support.clients import Progress, in_thread, run_producer
-from tests.support.processes import Broker, ProxyProcess
 
 pytestmark = pytest.mark.integration
 

@@ -8,10 +8,10 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+from devkit.processes import free_port
 from kafka_quota_proxy.config import Settings, merge
 from kafka_quota_proxy.proxy.server import Proxy
 from tests.support.fake_broker import NODE_ID, FakeBroker, Handler, default_handler
-from tests.support.processes import free_port
 
 CLIENT_ID = b"test-client"
 

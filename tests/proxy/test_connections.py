@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
+from devkit.processes import free_port
 from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from tests.proxy.conftest import (
@@ -22,7 +23,6 @@ from tests.proxy.conftest import (
     running,
 )
 from tests.support.fake_broker import BrokerConn, list_groups_v0_body
-from tests.support.processes import free_port
 
 
 def run(coro: object) -> None:

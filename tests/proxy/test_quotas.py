@@ -33,6 +33,7 @@ from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
+from devkit.processes import free_port
 from kafka_quota_proxy.config import load_file, merge
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
@@ -50,7 +51,6 @@ from tests.proxy.conftest import (
     serving,
 )
 from tests.support.fake_broker import NODE_ID, BrokerConn, FakeBroker, list_groups_v0_body
-from tests.support.processes import free_port
 
 START_MS = 1_000_000  # the fake clock's start; any value works, samples start at the first event
 SESSION = 0x5E55
