@@ -21,7 +21,9 @@ from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
-from kafka_quota_proxy.proxy.stages.quota import QuotaCharge, QuotaSettle, ThrottleMerge
+from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
+from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
+from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kafka_quota_proxy.protocol.apis import API_VERSIONS, codec
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
+from kafka_quota_proxy.protocol.apis import codec
+from kafka_quota_proxy.protocol.error_codes import UNSUPPORTED_VERSION
 from kafka_quota_proxy.protocol.messages import decode_response, encode_body
 from kafka_quota_proxy.protocol.primitives import INT16, need
-
-UNSUPPORTED_VERSION = 35
 
 
 def intersect(body: memoryview, version: int, served: Iterable[tuple[int, int, int]] = ()) -> bytes:

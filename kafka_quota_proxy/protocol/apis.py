@@ -16,9 +16,8 @@ from typing import Any
 
 from kafka.protocol.api_message import ApiMessage
 
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
 from kafka_quota_proxy.protocol.errors import UnknownApiKey, UnsupportedApiVersion
-
-API_VERSIONS = 18
 
 
 @dataclass(frozen=True, slots=True)

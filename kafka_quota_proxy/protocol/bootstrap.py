@@ -6,12 +6,12 @@ from __future__ import annotations
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
-from kafka_quota_proxy.protocol.apis import API_VERSIONS, codec
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, METADATA
+from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.headers import response_body_offset, response_correlation_id
 from kafka_quota_proxy.protocol.messages import decode_response
 
-METADATA = 3
 CLIENT_ID = "kafka-quota-proxy"
 
 

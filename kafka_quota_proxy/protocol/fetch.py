@@ -10,7 +10,6 @@ from kafka.protocol.consumer.fetch import FetchResponse
 from kafka_quota_proxy.protocol.primitives import INT32, need
 from kafka_quota_proxy.protocol.walk import tagged_fields, walker
 
-FETCH = 1
 REPLICA_STATE_TAG = 1  # v15+: the replica id moved into a tagged ReplicaState struct
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kafka_quota_proxy.protocol.apis import API_VERSIONS, ApiSpec, spec_for
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
+from kafka_quota_proxy.protocol.apis import ApiSpec, spec_for
 from kafka_quota_proxy.protocol.errors import MalformedMessage, TruncatedMessage, UnsupportedApiVersion
 from kafka_quota_proxy.protocol.primitives import INT16, INT32, encode_uvarint, need, skip_tagged_fields
 
@@ -80,6 +81,12 @@ def response_body_offset(frame: memoryview | bytes, header_version: int) -> int:
     if header_version >= 1:
         pos = skip_tagged_fields(frame, pos)
     return pos
+
+
+def response_prefix(frame: bytes | memoryview, body_at: int, body_size: int) -> bytes:
+    """A response's size prefix for a new body of `body_size`, then the response header of
+    `frame` (correlation id, header tags) as it was; `body_at` is where its body started."""
+    return INT32.pack(body_at - 4 + body_size) + bytes(frame[4:body_at])
 
 
 def frame_response(correlation_id: int, header_version: int, body: bytes) -> bytes:

@@ -10,8 +10,6 @@ from kafka.protocol.producer.produce import ProduceResponse
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.primitives import INT16, INT32, INT64, need, read_uvarint, skip_tagged_fields
 
-PRODUCE = 0
-
 
 def produce_acks(frame: memoryview, body_offset: int, version: int) -> int:
     """The request's acks. From v3 a transactional_id (nullable string) comes first."""

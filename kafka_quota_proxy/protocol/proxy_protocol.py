@@ -50,6 +50,15 @@ class ProxyProtocolError(ProtocolError):
         self.reason = reason
 
 
+class ProxyHeaderTimeout(ProtocolError):
+    """No complete PROXY protocol header in time: an idle or slow client holds no connection."""
+
+    kind = "proxy_protocol_timeout"
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no complete PROXY protocol header within {seconds:g}s")
+
+
 @dataclass(frozen=True, slots=True)
 class ProxyHeader:
     """What the PROXY header said about the connection.

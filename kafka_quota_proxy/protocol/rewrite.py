@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from kafka_quota_proxy.protocol.api_keys import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.messages import decode_response, encode_body
 from kafka_quota_proxy.protocol.pieces import Pieces
@@ -26,8 +27,6 @@ from kafka_quota_proxy.protocol.primitives import (
     skip_tagged_fields,
 )
 from kafka_quota_proxy.protocol.walk import tagged_fields, walker
-
-METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH = 3, 10, 60, 0, 1
 
 # (node_id, real host, real port) -> (advertised host, advertised port)
 AddressMapper = Callable[[int, str, int], tuple[str, int]]

@@ -6,11 +6,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_quota_proxy.config import HostPort
+from kafka_quota_proxy.identity.sasl_server import SaslServer
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.protocol.messages import decode_response
 
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal for an unauthenticated connection
+
+
+@dataclass(slots=True)
+class SaslState:
+    """One connection's authentication progress."""
+
+    mechanism: str | None = None  # accepted by the broker (or the proxy)
+    claimed: str | None = None  # passthrough: the user named in this exchange's first token
+    rounds: int = 0
+    authenticated: bool = False
+    legacy: bool = False  # the handshake was v0: tokens follow as bare frames
+    server: SaslServer | None = None  # terminate: the SaslServer of this exchange
+    pending: dict[int, str] = field(default_factory=dict)  # correlation id -> mechanism offered
 
 
 @dataclass(slots=True)
@@ -21,7 +35,7 @@ class ConnectionInfo:
     listener: str  # "bootstrap" or "node-<id>"
     principal: str = ANONYMOUS
     upstream: str = ""  # the broker address this connection forwards to, once connected
-    sasl: Any = None  # proxy.sasl_stages.SaslState, once the client starts SASL
+    sasl: SaslState | None = None  # once the client starts SASL
     ip: str = ""  # the client's address (from a PROXY header when there is one)
     metered: bool = False  # counted in the usage log's `connections` (at its first request)
     # quota.managers.ChargeHandle by manager: this connection's way to its sensors, kept

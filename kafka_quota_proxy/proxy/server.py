@@ -18,9 +18,12 @@ from kafka_quota_proxy.config.quota_settings import default_state_file, validate
 from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.identity.failures import FailureBackoff
 from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper, x500_name_from_der
+from kafka_quota_proxy.proxy.chain import build_pipeline
 from kafka_quota_proxy.proxy.cluster import Cluster
 from kafka_quota_proxy.proxy.context import ANONYMOUS
-from kafka_quota_proxy.proxy.datapath.client import ClientConnection, ProxyHeaderThenTls
+from kafka_quota_proxy.proxy.datapath.client import ClientConnection
+from kafka_quota_proxy.proxy.datapath.host import HostedConnection
+from kafka_quota_proxy.proxy.datapath.proxy_header import ProxyHeaderThenTls
 from kafka_quota_proxy.proxy.datapath.splice import PipePool
 from kafka_quota_proxy.proxy.datapath.splice import supported as splice_supported
 from kafka_quota_proxy.proxy.file_watch import watch_files
@@ -35,19 +38,14 @@ from kafka_quota_proxy.proxy.quotas.collectors import QuotaCollector
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.reload import watch_config
-from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVersionsIntersect
-from kafka_quota_proxy.proxy.stages.base import Pipeline, RequestStage, ResponseStage
-from kafka_quota_proxy.proxy.stages.broker_addresses import AddressRewrite
-from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
-from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchWireVersion
-from kafka_quota_proxy.proxy.stages.quota import QuotaCharge, QuotaSettle, ThrottleMerge, mutation_permits
-from kafka_quota_proxy.proxy.stages.sasl import Principals, SaslInspect, SaslTerminate
+from kafka_quota_proxy.proxy.stages.quota_charge import mutation_permits
+from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
+from kafka_quota_proxy.proxy.stages.sasl_principals import Principals
+from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.tls import server_context, upstream_context, watch_certificates
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy")
-# APIs the proxy answers itself in terminate mode: SaslHandshake v0-1, SaslAuthenticate v0-2.
-TERMINATED_SASL_APIS = ((17, 0, 1), (36, 0, 2))
 
 
 
@@ -68,20 +66,7 @@ class Proxy:
         self.engine = QuotaEngine(settings.quota, self.quotas)
         self.metrics.registry.register(QuotaCollector(self.engine))
         self.sasl_stage = self._sasl_stage(settings)
-        terminate = isinstance(self.sasl_stage, SaslTerminate)
-        request: list[RequestStage] = [ApiVersionsGate()]
-        response: list[ResponseStage] = [
-            ApiVersionsIntersect(served=SERVED + (TERMINATED_SASL_APIS if terminate else ()))]
-        if isinstance(self.sasl_stage, SaslTerminate):
-            request.append(self.sasl_stage)  # before anything that would act for the client
-        elif isinstance(self.sasl_stage, SaslInspect):
-            request.append(self.sasl_stage)
-            response.append(self.sasl_stage)
-        request += [ClientQuotasApi(self.quota_control, self.engine), FetchWireVersion(),
-                    QuotaCharge(self.engine, self.cluster.topic_partitions)]
-        response += [AddressRewrite(self.cluster.advertise, self.cluster.observe_metadata),
-                     QuotaSettle(self.engine), ThrottleMerge()]
-        self.pipeline = Pipeline(request=request, response=response)
+        self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster)
         self.usage: UsageMeter | None = None
         if settings.usage_log is not None:
             u = settings.usage_log
@@ -90,7 +75,7 @@ class Proxy:
                 ctx.api_key, ctx.decode_request(), self.cluster.topic_partitions))
             self.engine.usage = self.usage
             self.metrics.registry.register(UsageCollector(self.usage))
-        self.connections: set[ClientConnection] = set()
+        self.connections: set[HostedConnection] = set()
         # Empty pipes for moving large Fetch responses with splice(2) (proxy.splice).
         self.pipes = PipePool()
         self.splicing = settings.splice and splice_supported()
@@ -121,25 +106,25 @@ class Proxy:
             self._metrics_server, _ = start_http_server(s.metrics.port, s.metrics.host,
                                                         registry=self.metrics.registry)
             log.info("metrics at http://%s/metrics", s.metrics)
-        self._spawn(self.cluster.refresh_forever())
-        self._spawn(self._expire_forever())
-        self._spawn(self._expire_producer_ids_forever())
+        self.spawn(self.cluster.refresh_forever())
+        self.spawn(self._expire_forever())
+        self.spawn(self._expire_producer_ids_forever())
         if self.usage is not None:
             self.usage.writer.start()
-            self._spawn(self._rotate_usage_forever())
+            self.spawn(self._rotate_usage_forever())
             log.info("usage log: every %ds to %s as instance %s", self.usage.settings.interval_seconds,
                      self.usage.writer.dir, self.usage.writer.instance)
         if s.sasl.mode == "terminate" and s.sasl.credentials_file is not None:
-            self._spawn(self._watch_credentials(s.sasl.credentials_file))
+            self.spawn(self._watch_credentials(s.sasl.credentials_file))
         if s.tls is not None and self.server_ssl is not None:
-            self._spawn(watch_certificates(self.server_ssl, s.tls.cert_file, s.tls.key_file,
+            self.spawn(watch_certificates(self.server_ssl, s.tls.cert_file, s.tls.key_file,
                                            s.tls.ca_file, "listener"))
         if s.upstream_tls is not None and self.upstream_ssl is not None:
             u = s.upstream_tls
-            self._spawn(watch_certificates(self.upstream_ssl, u.cert_file, u.key_file, u.ca_file,
+            self.spawn(watch_certificates(self.upstream_ssl, u.cert_file, u.key_file, u.ca_file,
                                            "upstream"))
         if s.config_path is not None:
-            self._spawn(watch_config(s.config_path, self))
+            self.spawn(watch_config(s.config_path, self))
 
     async def _watch_credentials(self, path: str) -> None:
         """Users added or removed with `kafka-quota-proxy users` apply without a restart."""
@@ -175,7 +160,8 @@ class Proxy:
             await asyncio.sleep(usage.seconds_to_boundary() + 0.001)
             usage.rotate()
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
+        """Run `coro` as a task the proxy owns: cancelled at shutdown."""
         task = self.loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -186,7 +172,7 @@ class Proxy:
                 lambda: self._accept(f"node-{node_id}", lambda: self.cluster.node_targets(node_id)),
                 sock=sock, backlog=1024, ssl=self._listener_ssl)
             self._servers.append(server)
-        self._spawn(serve())
+        self.spawn(serve())
 
     @property
     def _proxy_header_before_tls(self) -> bool:
@@ -200,7 +186,7 @@ class Proxy:
     def _accept(self, listener: str,
                 targets: Callable[[], Sequence[HostPort]]) -> ClientConnection | ProxyHeaderThenTls:
         if self._proxy_header_before_tls:
-            return ProxyHeaderThenTls(self, listener, targets)
+            return ProxyHeaderThenTls(self, ClientConnection(self, listener, targets))
         return ClientConnection(self, listener, targets)
 
     def _sasl_stage(self, settings: Settings) -> SaslInspect | SaslTerminate | None:
@@ -224,7 +210,7 @@ class Proxy:
             return self.ssl_mapper.get_name(x500_name_from_der(der))
         return principal_for_address(ip, self.settings.principals_by_cidr) or ANONYMOUS
 
-    def admit(self, conn: ClientConnection, ip: str) -> int | None:
+    def admit(self, conn: HostedConnection, ip: str) -> int | None:
         """None to serve a new connection; else the delay (ms) after which to close it unread."""
         conn.admitted = True
         count = self._per_ip.get(ip, 0) + 1
@@ -242,13 +228,13 @@ class Proxy:
                 return delay
         return None
 
-    def connection_opened(self, conn: ClientConnection) -> None:
+    def connection_opened(self, conn: HostedConnection) -> None:
         self.connections.add(conn)
         self._all_closed.clear()
         self.metrics.connections_accepted.inc()
         self.metrics.connections_open.inc()
 
-    def connection_closed(self, conn: ClientConnection) -> None:
+    def connection_closed(self, conn: HostedConnection) -> None:
         if conn in self.connections:
             self.connections.discard(conn)
             self.metrics.connections_closed.inc()

@@ -35,6 +35,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
 from kafka_quota_proxy.quota.entities import (
     DEFAULT,
     USER_ONLY_KEYS,
@@ -46,8 +47,6 @@ from kafka_quota_proxy.quota.entities import (
 
 # Kafka error codes used by these two APIs.
 NONE = 0
-UNSUPPORTED_VERSION = 35
-INVALID_REQUEST = 42
 
 # Entity types on the wire (ClientQuotaEntity.USER / CLIENT_ID / IP).
 USER = "user"

@@ -34,24 +34,81 @@ from __future__ import annotations
 
 from typing import Any
 
+from kafka_quota_proxy.protocol.api_keys import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    ALTER_CLIENT_QUOTAS,
+    ALTER_CONFIGS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    ALTER_REPLICA_LOG_DIRS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    API_VERSIONS,
+    CONSUMER_GROUP_DESCRIBE,
+    CONSUMER_GROUP_HEARTBEAT,
+    CREATE_ACLS,
+    CREATE_DELEGATION_TOKEN,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_ACLS,
+    DELETE_GROUPS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    DESCRIBE_ACLS,
+    DESCRIBE_CLIENT_QUOTAS,
+    DESCRIBE_CLUSTER,
+    DESCRIBE_CONFIGS,
+    DESCRIBE_DELEGATION_TOKEN,
+    DESCRIBE_GROUPS,
+    DESCRIBE_LOG_DIRS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ELECT_LEADERS,
+    END_TXN,
+    EXPIRE_DELEGATION_TOKEN,
+    FETCH,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    INCREMENTAL_ALTER_CONFIGS,
+    INIT_PRODUCER_ID,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
+    LIST_OFFSETS,
+    LIST_PARTITION_REASSIGNMENTS,
+    METADATA,
+    OFFSET_COMMIT,
+    OFFSET_DELETE,
+    OFFSET_FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
+    PRODUCE,
+    RENEW_DELEGATION_TOKEN,
+    SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
+    UPDATE_FEATURES,
+)
 from kafka_quota_proxy.quota.entities import QuotaKey
 
 VERSION = 1
 
 # Requests are counted by group of API keys.
 API_GROUPS: dict[str, frozenset[int]] = {
-    "produce": frozenset({0}),
-    "fetch": frozenset({1}),
-    # ListOffsets, Metadata, ApiVersions, OffsetForLeaderEpoch, DescribeCluster
-    "metadata": frozenset({2, 3, 18, 23, 60}),
-    # OffsetCommit/Fetch, FindCoordinator, Join/Heartbeat/Leave/SyncGroup, DescribeGroups,
-    # ListGroups, DeleteGroups, OffsetDelete, ConsumerGroupHeartbeat/Describe
-    "group": frozenset({8, 9, 10, 11, 12, 13, 14, 15, 16, 42, 47, 68, 69}),
-    # InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit
-    "transaction": frozenset({22, 24, 25, 26, 28}),
+    "produce": frozenset({PRODUCE}),
+    "fetch": frozenset({FETCH}),
+    "metadata": frozenset({LIST_OFFSETS, METADATA, API_VERSIONS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CLUSTER}),
+    "group": frozenset({
+        OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
+        DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_HEARTBEAT,
+        CONSUMER_GROUP_DESCRIBE}),
+    "transaction": frozenset({
+        INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT}),
     # topics, configs, ACLs, partitions, reassignments, quotas, delegation tokens, ...
-    "admin": frozenset({19, 20, 21, 29, 30, 31, 32, 33, 34, 35, 37, 38, 39, 40, 41, 43, 44, 45,
-                        46, 48, 49, 50, 51, 57}),
+    "admin": frozenset({
+        CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS,
+        DESCRIBE_CONFIGS, ALTER_CONFIGS, ALTER_REPLICA_LOG_DIRS, DESCRIBE_LOG_DIRS, CREATE_PARTITIONS,
+        CREATE_DELEGATION_TOKEN, RENEW_DELEGATION_TOKEN, EXPIRE_DELEGATION_TOKEN,
+        DESCRIBE_DELEGATION_TOKEN, ELECT_LEADERS, INCREMENTAL_ALTER_CONFIGS,
+        ALTER_PARTITION_REASSIGNMENTS, LIST_PARTITION_REASSIGNMENTS, DESCRIBE_CLIENT_QUOTAS,
+        ALTER_CLIENT_QUOTAS, DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS,
+        UPDATE_FEATURES}),
 }
 GROUPS = (*API_GROUPS, "other")
 _GROUP_OF = {key: group for group, keys in API_GROUPS.items() for key in keys}

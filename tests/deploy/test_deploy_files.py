@@ -408,7 +408,8 @@ def test_grafana_dashboard_provider_loads_the_dashboard_folder() -> None:
 
 METRIC_SOURCES = (REPO / "kafka_quota_proxy/proxy/observability/metrics.py",
                   REPO / "kafka_quota_proxy/proxy/quotas/collectors.py")
-QUOTA_STAGES = REPO / "kafka_quota_proxy/proxy/stages/quota.py"
+QUOTA_STAGES = (REPO / "kafka_quota_proxy/proxy/stages/quota_charge.py",
+                REPO / "kafka_quota_proxy/proxy/stages/quota_settle.py")
 METRIC_PREFIX = "kafka_quota_proxy_"
 GRID_COLUMNS = 24
 # Labels whose values are a closed set the populated registry below emits in full.
@@ -461,8 +462,8 @@ def all_exprs() -> list[str]:
 
 def throttle_quota_types() -> set[str]:
     """The quota_type values the proxy counts throttles under, as its request stages pass them."""
-    found = set(re.findall(r'\bthrottle\(\s*engine,\s*ctx,\s*"(\w+)"',
-                           QUOTA_STAGES.read_text(encoding="utf-8")))
+    found = {quota_type for path in QUOTA_STAGES for quota_type in
+             re.findall(r'\bthrottle\(\s*engine,\s*ctx,\s*"(\w+)"', path.read_text(encoding="utf-8"))}
     assert found, f"no throttle(engine, ctx, \"<quota type>\", ...) calls found in {QUOTA_STAGES}"
     return found
 

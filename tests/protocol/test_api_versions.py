@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 
-from kafka_quota_proxy.protocol.api_versions import UNSUPPORTED_VERSION, intersect, unsupported_version_body
-from kafka_quota_proxy.protocol.apis import API_VERSIONS, codec
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
+from kafka_quota_proxy.protocol.api_versions import intersect, unsupported_version_body
+from kafka_quota_proxy.protocol.apis import codec
+from kafka_quota_proxy.protocol.error_codes import UNSUPPORTED_VERSION
 from kafka_quota_proxy.protocol.errors import MalformedMessage, TruncatedMessage
 from kafka_quota_proxy.protocol.headers import frame_response, response_body_offset, response_correlation_id
 

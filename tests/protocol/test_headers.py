@@ -9,7 +9,8 @@ from kafka.protocol.api_header import RequestHeader as KafkaRequestHeader
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
-from kafka_quota_proxy.protocol.apis import API_VERSIONS, codec
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, METADATA
+from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.errors import (
     MalformedMessage,
     ProtocolError,
@@ -23,8 +24,6 @@ from kafka_quota_proxy.protocol.headers import (
     response_body_offset,
     response_correlation_id,
 )
-
-METADATA = 3
 
 
 def i16(v: int) -> bytes:

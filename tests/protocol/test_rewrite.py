@@ -13,17 +13,10 @@ from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
 from kafka.protocol.metadata.metadata import MetadataResponse
 from kafka.protocol.producer.produce import ProduceResponse
 
+from kafka_quota_proxy.protocol.api_keys import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
 from kafka_quota_proxy.protocol.errors import MalformedMessage, ProtocolError, TruncatedMessage
 from kafka_quota_proxy.protocol.pieces import Pieces
-from kafka_quota_proxy.protocol.rewrite import (
-    DESCRIBE_CLUSTER,
-    FETCH,
-    FIND_COORDINATOR,
-    METADATA,
-    PRODUCE,
-    carries_addresses,
-    rewrite_addresses,
-)
+from kafka_quota_proxy.protocol.rewrite import carries_addresses, rewrite_addresses
 from kafka_quota_proxy.protocol.walk import walker
 from tests.support.encoding import compact_string, uvarint
 

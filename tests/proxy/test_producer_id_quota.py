@@ -28,7 +28,6 @@ from tests.proxy.test_quotas import (
 )
 
 T = ProduceRequest.TopicProduceData
-THROTTLING_QUOTA_EXCEEDED = 89
 
 
 def batch(pid: int | None) -> bytes:

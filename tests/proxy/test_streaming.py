@@ -12,7 +12,7 @@ import struct
 from typing import Any
 
 from kafka_quota_proxy.protocol.headers import RequestHeader
-from kafka_quota_proxy.proxy.datapath.client import STREAM_FROM
+from kafka_quota_proxy.proxy.datapath.upstream import STREAM_FROM
 from tests.proxy.test_quotas import (
     SESSION,
     START_MS,

@@ -6,10 +6,9 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
+from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
 from kafka_quota_proxy.quota.admin_api import (
-    INVALID_REQUEST,
     NONE,
-    UNSUPPORTED_VERSION,
     AlterResult,
     QuotaChange,
     QuotaRequestError,

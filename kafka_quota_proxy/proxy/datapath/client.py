@@ -15,122 +15,37 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from kafka_quota_proxy.config import HostPort
 from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
+from kafka_quota_proxy.protocol.api_keys import PRODUCE, SASL_AUTHENTICATE
 from kafka_quota_proxy.protocol.errors import ProtocolError
-from kafka_quota_proxy.protocol.fetch import FETCH
-from kafka_quota_proxy.protocol.framing import FrameDecoder, FrameHead, FramePiece, StreamingFrameDecoder
-from kafka_quota_proxy.protocol.headers import (
-    RequestHeader,
-    frame_response,
-    parse_request_header,
-    response_body_offset,
-    response_correlation_id,
-)
-from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.framing import FrameDecoder
+from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, parse_request_header
 from kafka_quota_proxy.protocol.primitives import INT32
-from kafka_quota_proxy.protocol.produce import PRODUCE, produce_acks
-from kafka_quota_proxy.protocol.proxy_protocol import (
-    V2_HEADER_LENGTH,
-    V2_SIGNATURE,
-    ProxyHeader,
-    ProxyHeaderParser,
-)
+from kafka_quota_proxy.protocol.produce import produce_acks
+from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeader, ProxyHeaderParser, ProxyHeaderTimeout
+from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.datapath.splice import SPLICE_FROM, Splice, SpliceFailed, plain_socket_fd
-from kafka_quota_proxy.proxy.datapath.upstream_auth import open_upstream
-from kafka_quota_proxy.proxy.stages.base import Replacement, Reply
-from kafka_quota_proxy.proxy.stages.sasl import SASL_AUTHENTICATE, SaslInspect, SaslTerminate
-
-if TYPE_CHECKING:
-    from kafka_quota_proxy.proxy.server import Proxy
+from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
+from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
+from kafka_quota_proxy.proxy.datapath.responses import Pending, check_correlation
+from kafka_quota_proxy.proxy.datapath.splice import Splice, plain_socket_fd
+from kafka_quota_proxy.proxy.datapath.streaming import StreamingResponses
+from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection, open_upstream_connection
+from kafka_quota_proxy.proxy.stages.base import Reply
+from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
+from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 
 log = logging.getLogger("kafka_quota_proxy.connection")
 
-# A broker response is not bounded by socket.request.max.bytes (fetch.max.bytes can exceed it),
-# only by the protocol's int32 size.
-MAX_RESPONSE_BYTES = 2**31 - 1
-# Responses this large are handed over as they arrive (a Fetch is then written on cut-through).
-STREAM_FROM = 64 * 1024
 
-
-class ProxyHeaderTimeout(ProtocolError):
-    """No complete PROXY protocol header in time: an idle or slow client holds no connection."""
-
-    kind = "proxy_protocol_timeout"
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__(f"no complete PROXY protocol header within {seconds:g}s")
-
-
-def _header_deadline(proxy: Proxy, expired: Callable[[], None]) -> asyncio.TimerHandle:
+def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> asyncio.TimerHandle:
     return proxy.loop.call_later(proxy.settings.proxy_protocol_timeout_seconds, expired)
-
-
-class ReadGate:
-    """Pauses a transport's reading while any reason to pause holds."""
-
-    __slots__ = ("transport", "reasons")
-
-    def __init__(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
-        self.reasons: set[str] = set()
-
-    def pause(self, reason: str) -> None:
-        if not self.reasons and not self.transport.is_closing():
-            self.transport.pause_reading()
-        self.reasons.add(reason)
-
-    def resume(self, reason: str) -> None:
-        if reason in self.reasons:
-            self.reasons.discard(reason)
-            if not self.reasons and not self.transport.is_closing():
-                self.transport.resume_reading()
-
-
-# A response ready to write: one buffer, or pieces written with writelines (no joining copy).
-Response = bytes | memoryview | list[bytes | memoryview]
-
-
-# How a large response that arrives in pieces is handled (ClientConnection.on_response_head).
-_STREAM = "stream"  # written on to the client piece by piece
-_ASSEMBLE = "assemble"  # gathered whole, then handled as any response
-_DISCARD = "discard"  # replaced by the proxy's own answer; the pieces are dropped
-
-
-def _check_correlation(ctx: RequestContext, frame: bytes | memoryview) -> None:
-    correlation_id = response_correlation_id(frame)
-    if correlation_id != ctx.header.correlation_id:
-        raise ProtocolError(f"response correlation id {correlation_id}, expected "
-                            f"{ctx.header.correlation_id}")
-
-
-def _header(frame: bytes | memoryview, body_at: int, body_size: int) -> bytes:
-    """A response's size prefix for a body of `body_size`, then the broker's response header
-    (correlation id, header tags) as it was."""
-    return INT32.pack(body_at - 4 + body_size) + bytes(frame[4:body_at])
-
-
-class _Pending:
-    """A request waiting for its response; `response` is set when the response is ready.
-    `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered.
-    `stream`, `parts`, `size`: a large response arriving in pieces (see on_response_head)."""
-
-    __slots__ = ("ctx", "response", "throttle_due", "stream", "parts", "size")
-
-    def __init__(self, ctx: RequestContext, response: Response | None = None) -> None:
-        self.ctx = ctx
-        self.response = response
-        self.throttle_due = False
-        self.stream: str | None = None
-        self.parts: list[memoryview] | None = None
-        self.size = 0
 
 
 def _holds(reasons: set[str]) -> bool:
@@ -139,10 +54,11 @@ def _holds(reasons: set[str]) -> bool:
     return bool(reasons) and (len(reasons) > 1 or "inflight" not in reasons)
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(StreamingResponses, asyncio.Protocol):
     """A Kafka client's connection to one proxy listener."""
 
-    def __init__(self, proxy: Proxy, listener: str, targets: Callable[[], Sequence[HostPort]]) -> None:
+    def __init__(self, proxy: ConnectionHost, listener: str,
+                 targets: Callable[[], Sequence[HostPort]]) -> None:
         self.proxy = proxy
         self.listener = listener
         self.targets = targets
@@ -151,8 +67,8 @@ class ClientConnection(asyncio.Protocol):
         self.upstream: UpstreamConnection | None = None
         self.gate: ReadGate | None = None
         self.info = ConnectionInfo("?", listener)
-        self._inflight: deque[_Pending] = deque()  # every request that will get a response
-        self._awaiting: deque[_Pending] = deque()  # the subset forwarded to the broker
+        self._inflight: deque[Pending] = deque()  # every request that will get a response
+        self._awaiting: deque[Pending] = deque()  # the subset forwarded to the broker
         self._draining = False
         self._closed = False
         self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
@@ -160,7 +76,7 @@ class ClientConnection(asyncio.Protocol):
         # in the same read. Handled, in order, once it ends.
         self._held: deque[memoryview] = deque()
         self._throttles_due = 0  # forwarded requests over quota whose responses are still out
-        self._streaming: _Pending | None = None  # the request whose large response is arriving
+        self._streaming: Pending | None = None  # the request whose large response is arriving
         self._splice: Splice | None = None  # moving the rest of that response (proxy.splice)
         self._fd: int | None = None  # the socket's descriptor when splices may write to it
         self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
@@ -190,7 +106,7 @@ class ClientConnection(asyncio.Protocol):
             # The real client address comes first, in a PROXY protocol header; nothing else
             # (admission, identity, the broker connection) can start before it.
             self._proxy_header = ProxyHeaderParser()
-            self._header_timer = _header_deadline(self.proxy, self._header_expired)
+            self._header_timer = header_deadline(self.proxy, self._header_expired)
             return
         self._start()
 
@@ -216,12 +132,11 @@ class ClientConnection(asyncio.Protocol):
         self._connect_task = loop.create_task(self._connect_upstream())
 
     async def _connect_upstream(self) -> None:
-        loop = asyncio.get_running_loop()
         timeout = self.proxy.settings.connect_timeout_seconds
         errors = []
         for target in self.targets():
             try:
-                upstream = await asyncio.wait_for(self._open(loop, target), timeout)
+                upstream = await asyncio.wait_for(open_upstream_connection(self.proxy, self, target), timeout)
             except (TimeoutError, OSError, ProtocolError) as exc:
                 self.proxy.metrics.upstream_connect_failures.inc()
                 errors.append(f"{target}: {exc or 'timed out'}")
@@ -241,27 +156,6 @@ class ClientConnection(asyncio.Protocol):
             log.warning("closing connection from %s: no broker reachable for %s (%s)",
                         self.info.describe(), self.listener, "; ".join(errors) or "no known address")
             self.close()
-
-    async def _open(self, loop: asyncio.AbstractEventLoop, target: HostPort) -> UpstreamConnection:
-        settings = self.proxy.settings
-        # In passthrough the client authenticates itself to the broker: the proxy's own
-        # credentials serve only its metadata refresh.
-        creds = settings.upstream_sasl if settings.sasl.mode != "passthrough" else None
-        if creds is None:
-            _, upstream = await loop.create_connection(
-                lambda: UpstreamConnection(self), target.host, target.port, ssl=self.proxy.upstream_ssl,
-                server_hostname=target.host if self.proxy.upstream_ssl else None)
-            return upstream
-        # Authenticate on a stream first, then hand the transport to the forwarding protocol.
-        reader, writer = await open_upstream(target.host, target.port, self.proxy.upstream_ssl, creds)
-        upstream = UpstreamConnection(self)
-        # A StreamWriter closes its transport when it is garbage-collected: keep it with the
-        # connection that now owns the transport.
-        upstream.streams = (reader, writer)
-        transport = writer.transport
-        transport.set_protocol(upstream)
-        upstream.connection_made(transport)
-        return upstream
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -366,7 +260,7 @@ class ClientConnection(asyncio.Protocol):
             self._answer_locally(ctx, reply)
             return
         if ctx.expects_response:
-            pending = _Pending(ctx)
+            pending = Pending(ctx)
             self._inflight.append(pending)
             self._awaiting.append(pending)
             if ctx.throttle_ms:
@@ -387,7 +281,7 @@ class ClientConnection(asyncio.Protocol):
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
         if reply.later is not None:
             # Hold this place in the response order until the answer is computed.
-            pending = _Pending(ctx)
+            pending = Pending(ctx)
             self._inflight.append(pending)
             assert self.gate is not None
             self.gate.pause("authenticating")
@@ -416,11 +310,11 @@ class ClientConnection(asyncio.Protocol):
 
     def _reply(self, ctx: RequestContext, frame: bytes, delay_ms: int = 0, close_after: bool = False) -> None:
         """Queue a response the proxy made, in order; optionally held back, optionally the last."""
-        pending = _Pending(ctx)
+        pending = Pending(ctx)
         self._inflight.append(pending)
         self._fill(pending, frame, delay_ms, close_after)
 
-    def _fill(self, pending: _Pending, frame: bytes, delay_ms: int, close_after: bool) -> None:
+    def _fill(self, pending: Pending, frame: bytes, delay_ms: int, close_after: bool) -> None:
         if close_after:
             # Nothing after a failed authentication is read (a broker closes the connection).
             assert self.gate is not None
@@ -447,12 +341,14 @@ class ClientConnection(asyncio.Protocol):
                 # v0 has no error frame: the broker just closes the connection.
                 self._reply(ctx, b"", delay, close_after=True)
                 return
-            if self.info.sasl.server is None:
-                self.info.sasl.legacy = False
+            state = self.info.sasl
+            assert state is not None
+            if state.server is None:
+                state.legacy = False
             self._reply(ctx, INT32.pack(len(token)) + token)
             return
         sasl.legacy_token(self.info, bytes(frame[4:]))
-        pending = _Pending(ctx)
+        pending = Pending(ctx)
         self._inflight.append(pending)
         self._awaiting.append(pending)
         ctx.sent_at = perf_counter()
@@ -492,7 +388,7 @@ class ClientConnection(asyncio.Protocol):
         """Called by the upstream connection for each complete response frame."""
         self._respond(self._answered(), frame)
 
-    def _answered(self) -> _Pending:
+    def _answered(self) -> Pending:
         """The request the broker's next response answers (responses come in request order)."""
         if not self._awaiting:
             raise ProtocolError("unsolicited response")
@@ -502,7 +398,7 @@ class ClientConnection(asyncio.Protocol):
             self.gate.resume("inflight")
         return pending
 
-    def _respond(self, pending: _Pending, frame: memoryview) -> None:
+    def _respond(self, pending: Pending, frame: memoryview) -> None:
         ctx = pending.ctx
         if ctx.raw:  # the broker's bare answer to a legacy SASL token
             stage = self.proxy.sasl_stage
@@ -511,131 +407,11 @@ class ClientConnection(asyncio.Protocol):
             pending.response = bytes(frame)
             self._flush()
             return
-        _check_correlation(ctx, frame)
+        check_correlation(ctx, frame)
         m = self.proxy.metrics.api(ctx.api_key)
         m.observe_latency(ctx.answered_at - ctx.sent_at)
-        pending.response = self._run_response_stages(ctx, frame)
+        pending.response = self.proxy.pipeline.run_response_stages(ctx, frame)
         self._flush()
-
-    # -- large responses, as they arrive -------------------------------------------------------------
-
-    def on_response_head(self, head: FrameHead) -> None:
-        """The start of a large response (StreamingFrameDecoder). A Fetch whose response stages
-        can all work from the head is written on as it arrives; any other is gathered whole and
-        then handled like a small one."""
-        pending = self._answered()
-        self._streaming = pending
-        ctx = pending.ctx
-        stages = self.proxy.pipeline.response_stages(ctx.api_key)
-        # Gathered whole: not a Fetch, a response before it still to be written, or a stage that
-        # needs the whole body. _respond then handles it as any response.
-        if (ctx.api_key != FETCH or ctx.raw or self._closed or not self._inflight
-                or self._inflight[0] is not pending
-                or not all(stage.streams or not stage.wants(ctx) for stage in stages)):
-            pending.stream = _ASSEMBLE
-            pending.parts = [memoryview(head.data)]
-            return
-        _check_correlation(ctx, head.data)
-        m = self.proxy.metrics.api(ctx.api_key)
-        m.observe_latency(ctx.answered_at - ctx.sent_at)
-        spec = ctx.header.spec
-        assert spec is not None
-        body_at = response_body_offset(head.data, spec.response_header_version(ctx.api_version))
-        body: memoryview | bytes = memoryview(head.data)[body_at:]
-        body_size = head.size - body_at
-        for stage in stages:
-            if not stage.wants(ctx):  # asked stage by stage, as in _run_response_stages
-                continue
-            result = stage.on_head(ctx, memoryview(body), body_size)
-            if isinstance(result, Replacement):
-                # Answered with another body (a Fetch over quota): the rest of this one is dropped.
-                pending.stream = _DISCARD
-                pending.response = _header(head.data, body_at, len(result.body)) + result.body
-                self._flush()
-                return
-            if result is not None:
-                assert len(result) == len(body), "a streamed head must keep its length"
-                body = result
-        pending.stream = _STREAM
-        pending.size = head.size
-        if not isinstance(body, memoryview):  # changed: the header, then the new start of the body
-            self._write(head.data[:body_at] + body)
-        else:
-            self._write(head.data)
-
-    def on_response_piece(self, piece: FramePiece) -> None:
-        pending = self._streaming
-        assert pending is not None
-        mode = pending.stream
-        if mode is _STREAM:
-            self._write(piece.data)
-        elif mode is _ASSEMBLE:
-            assert pending.parts is not None
-            pending.parts.append(piece.data)  # a view of an immutable chunk: joined once, at the end
-        if not piece.last:
-            return
-        self._streaming = None
-        if mode is _ASSEMBLE:
-            assert pending.parts is not None
-            frame = memoryview(b"".join(pending.parts))
-            pending.parts = None
-            self._respond(pending, frame)
-        elif mode is _STREAM:
-            self._streamed(pending)
-
-    def _streamed(self, pending: _Pending) -> None:
-        """A response written on as it arrived has gone out whole."""
-        popped = self._inflight.popleft()
-        assert popped is pending
-        self._written(pending, pending.size)
-        self._flush()
-
-    def splice_rest(self, upstream: UpstreamConnection) -> None:
-        """Called after each read from the broker: when the response being written on has much
-        still to come and both sockets are plain TCP, move the rest with splice(2) (proxy.splice)
-        instead of reading it. The broker's socket is not read meanwhile."""
-        pending = self._streaming
-        if (pending is None or pending.stream is not _STREAM or self._fd is None or upstream.fd is None
-                or self._closed or self._splice is not None or upstream.gate is None):
-            return
-        size = upstream.decoder.streaming_left
-        if size < SPLICE_FROM:
-            return
-        try:
-            splice = Splice(self.proxy.loop, self.proxy.pipes, upstream.fd, self._fd, self.transport, size,
-                            self._spliced)
-        except OSError as exc:  # out of descriptors: the bytes come through data_received instead
-            log.debug("no splice for %s: %s", self.info.describe(), exc)
-            return
-        upstream.decoder.take_rest()
-        upstream.gate.pause("splice")
-        self._splice = splice
-        splice.start()  # may finish at once, when every byte is already there
-
-    def _spliced(self, failure: SpliceFailed | None) -> None:
-        splice, self._splice = self._splice, None
-        pending, self._streaming = self._streaming, None
-        assert splice is not None and pending is not None
-        upstream = self.upstream
-        if failure is not None:
-            # The client has part of a response: neither connection can go on.
-            log.info("closing connection from %s: %s failed mid-response: %s", self.info.describe(),
-                     "broker connection" if failure.side == "broker" else "client connection", failure.reason)
-            self._closed = True  # connection_lost follows; nothing more is said about either side
-            if upstream is not None and upstream.transport is not None:
-                upstream.transport.abort()
-            if self.transport is not None:
-                self.transport.abort()
-            return
-        self.proxy.metrics.spliced_bytes.inc(splice.moved)
-        self._streamed(pending)
-        if upstream is not None and upstream.gate is not None:
-            upstream.gate.resume("splice")
-
-    def _stop_splice(self) -> None:
-        if self._splice is not None:
-            self._splice.cancel()
-            self._splice = None
 
     def _write(self, data: Response) -> None:
         if self._closed or self.transport is None:
@@ -662,34 +438,6 @@ class ClientConnection(asyncio.Protocol):
         if corked and not self._closed and self.transport is not None:
             self.transport.writelines(corked)
 
-    def _run_response_stages(self, ctx: RequestContext, frame: memoryview) -> Response:
-        body_at = -1
-        body: memoryview | Pieces = frame
-        changed = False
-        for stage in self.proxy.pipeline.response_stages(ctx.api_key):
-            # Asked stage by stage: an earlier stage can make a later one wanted (a quota
-            # throttle makes ThrottleMerge write throttle_time_ms).
-            if not stage.wants(ctx):
-                continue
-            if body_at < 0:
-                spec = ctx.header.spec
-                assert spec is not None
-                body_at = response_body_offset(frame, spec.response_header_version(ctx.api_version))
-                body = frame[body_at:]
-            if isinstance(body, Pieces):  # a later stage needs one contiguous body
-                body = memoryview(body.join())
-            new_body = stage.on_response(ctx, body)
-            if new_body is not None:
-                body = new_body if isinstance(new_body, Pieces) else memoryview(new_body)
-                changed = True
-        if not changed:
-            return frame
-        # The broker's response header (correlation id, header tags) is kept as it was.
-        prefix = _header(frame, body_at, len(body))
-        if isinstance(body, Pieces):
-            return [prefix, *body.parts]  # the body itself is not copied
-        return prefix + bytes(body)
-
     def _flush(self) -> None:
         """Write every response at the head of the queue that is ready, in order."""
         inflight = self._inflight
@@ -708,7 +456,7 @@ class ClientConnection(asyncio.Protocol):
         if self._draining and not inflight:
             self.close()
 
-    def _written(self, pending: _Pending, size: int) -> None:
+    def _written(self, pending: Pending, size: int) -> None:
         """A response has gone out whole: count it, and start its throttle."""
         self.proxy.metrics.api(pending.ctx.api_key).response_bytes += size
         usage = self.proxy.usage
@@ -766,146 +514,3 @@ class ClientConnection(asyncio.Protocol):
             self.transport.close()
 
 
-# The shortest PROXY header, "PROXY UNKNOWN\r\n": reading this much never reads past a header.
-_SHORTEST_PROXY_HEADER = 15
-
-
-class ProxyHeaderThenTls(asyncio.BufferedProtocol):
-    """A TLS listener behind a load balancer that speaks the PROXY protocol.
-
-    The balancer sends the PROXY header first, in the clear, and then the client's TLS
-    handshake (the specification's order, and what HAProxy and cloud load balancers send). So
-    this protocol reads exactly the header's bytes, never more, leaving the handshake in the
-    socket; then it starts TLS on the same connection and hands it to a ClientConnection.
-    """
-
-    def __init__(self, proxy: Proxy, listener: str, targets: Callable[[], Sequence[HostPort]]) -> None:
-        self.proxy = proxy
-        self.conn = ClientConnection(proxy, listener, targets)
-        self.transport: asyncio.Transport | None = None
-        self.parser = ProxyHeaderParser()
-        self._read = bytearray()  # the header bytes so far
-        self._buffer = bytearray(_SHORTEST_PROXY_HEADER)
-        self._timer: asyncio.TimerHandle | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple):
-            self.conn.info.set_address(str(peer[0]), int(peer[1]))
-        self._timer = _header_deadline(self.proxy, self._expired)
-
-    def _expired(self) -> None:
-        self._refuse(ProxyHeaderTimeout(self.proxy.settings.proxy_protocol_timeout_seconds))
-
-    def _refuse(self, exc: ProtocolError) -> None:
-        self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
-        log.warning("closing connection from %s: %s: %s", self.conn.info.describe(), exc.kind, exc)
-        assert self.transport is not None
-        self.transport.close()
-
-    def _wanted(self) -> int:
-        """How many more bytes to read: as many as the header still surely has, at least one."""
-        read = self._read
-        if read[:1] == V2_SIGNATURE[:1]:
-            if len(read) < V2_HEADER_LENGTH:
-                return V2_HEADER_LENGTH - len(read)
-            return V2_HEADER_LENGTH + int.from_bytes(read[14:16], "big") - len(read)
-        return 1  # version 1: byte by byte up to its CRLF
-
-    def get_buffer(self, sizehint: int) -> bytearray:
-        return self._buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        data = bytes(self._buffer[:nbytes])
-        self._read += data
-        try:
-            header = self.parser.feed(data)
-        except ProtocolError as exc:
-            self._refuse(exc)
-            return
-        if header is None:
-            self._buffer = bytearray(self._wanted())
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        assert self.transport is not None
-        self.transport.pause_reading()
-        self.proxy._spawn(self._start_tls(header))
-
-    async def _start_tls(self, header: ProxyHeader) -> None:
-        transport = self.transport
-        assert transport is not None and self.proxy.server_ssl is not None
-        try:
-            tls = await self.proxy.loop.start_tls(transport, self.conn, self.proxy.server_ssl,
-                                                  server_side=True)
-        except (OSError, ssl.SSLError, TimeoutError, ConnectionError):
-            transport.close()  # a failed handshake, as on a TLS listener without PROXY headers
-            return
-        if tls is None or tls.is_closing():
-            transport.close()
-            return
-        self.conn.proxied = header
-        self.conn.connection_made(tls)
-
-    def eof_received(self) -> bool | None:
-        return None  # closed before its header ended: nothing to serve
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-
-
-class UpstreamConnection(asyncio.Protocol):
-    """The proxy's connection to a broker on behalf of one client connection."""
-
-    def __init__(self, client: ClientConnection) -> None:
-        self.client = client
-        self.decoder = StreamingFrameDecoder(MAX_RESPONSE_BYTES, STREAM_FROM)
-        self.transport: asyncio.Transport | None = None
-        self.gate: ReadGate | None = None
-        self.streams: Any = None  # the authenticated stream pair this transport came from
-        self.fd: int | None = None  # the socket's descriptor when splices may read from it
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)
-        self.gate = ReadGate(self.transport)
-        if self.client.proxy.splicing:
-            self.fd = plain_socket_fd(transport)
-
-    def data_received(self, data: bytes) -> None:
-        client = self.client
-        client.cork()
-        try:
-            for event in self.decoder.feed(data):
-                kind = type(event)
-                if kind is memoryview:
-                    client.on_response(event)  # type: ignore[arg-type]
-                elif kind is FramePiece:
-                    client.on_response_piece(event)  # type: ignore[arg-type]
-                else:
-                    client.on_response_head(event)  # type: ignore[arg-type]
-        except ProtocolError as exc:
-            client.uncork()  # the responses before the bad one are the client's
-            self.client.proxy.metrics.protocol_errors.labels("broker_" + exc.kind).inc()
-            log.error("bad response from broker %s for client %s: %s",
-                      self.transport.get_extra_info("peername") if self.transport else "?",
-                      self.client.info.describe(), exc)
-            if self.transport is not None:
-                self.transport.abort()
-            self.client.upstream_lost(None)
-        else:
-            client.uncork()
-            if self.fd is not None and self.decoder.streaming_left:
-                client.splice_rest(self)
-
-    def pause_writing(self) -> None:
-        if self.client.gate is not None:
-            self.client.gate.pause("upstream-busy")
-
-    def resume_writing(self) -> None:
-        if self.client.gate is not None:
-            self.client.gate.resume("upstream-busy")
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.client.upstream_lost(str(exc) if exc else "closed by the broker")

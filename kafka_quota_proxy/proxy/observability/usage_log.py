@@ -41,17 +41,15 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings
-from kafka_quota_proxy.protocol.fetch import FETCH
-from kafka_quota_proxy.protocol.produce import PRODUCE
+from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCH, PRODUCE
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.stages.quota import request_time_ms
+from kafka_quota_proxy.proxy.quotas.charging import request_time_ms
 from kafka_quota_proxy.quota import usage
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.usage")
 
-MUTATIONS = frozenset({19, 20, 37})  # CreateTopics, DeleteTopics, CreatePartitions
 _GROUP_INDEX = {group: i for i, group in enumerate(usage.GROUPS)}
 _THROTTLE_INDEX = {t: i for i, t in enumerate(usage.THROTTLE_TYPES)}
 
@@ -140,7 +138,7 @@ class UsageMeter:
         if key == PRODUCE:
             t.produce_bytes += len(ctx.frame) - 4
             t.new_producer_ids += ctx.new_producer_ids
-        elif key in MUTATIONS:
+        elif key in CONTROLLER_MUTATIONS:
             if ctx.permits is None:
                 try:
                     ctx.permits = self.permits(ctx)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
 from kafka_quota_proxy.protocol.api_versions import intersect, unsupported_version_body
-from kafka_quota_proxy.protocol.apis import API_VERSIONS
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 

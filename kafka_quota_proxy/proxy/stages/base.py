@@ -1,4 +1,4 @@
-"""The request and response stage chains.
+"""The stage contract: what a request stage and a response stage may do. chain.py orders them.
 
 A request passes the request stages in order, then goes to the broker; its response passes the
 response stages, then goes to the client. Each stage names the API keys it cares about, and the
@@ -9,7 +9,6 @@ else.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,29 +66,3 @@ class ResponseStage:
         """A streamed response: `head` is the start of its body, `body_size` the whole body's
         size. Return a changed head (the same number of bytes), a Replacement, or None."""
         raise NotImplementedError(f"{type(self).__name__} does not stream")
-
-
-def _for_key(stages: Iterable[RequestStage | ResponseStage], api_key: int) -> tuple:
-    return tuple(s for s in stages if s.api_keys is None or api_key in s.api_keys)
-
-
-class Pipeline:
-    """The two chains, with the per-key selection cached."""
-
-    def __init__(self, request: Sequence[RequestStage], response: Sequence[ResponseStage]) -> None:
-        self._request = tuple(request)
-        self._response = tuple(response)
-        self._request_by_key: dict[int, tuple[RequestStage, ...]] = {}
-        self._response_by_key: dict[int, tuple[ResponseStage, ...]] = {}
-
-    def request_stages(self, api_key: int) -> tuple[RequestStage, ...]:
-        found = self._request_by_key.get(api_key)
-        if found is None:
-            found = self._request_by_key[api_key] = _for_key(self._request, api_key)
-        return found
-
-    def response_stages(self, api_key: int) -> tuple[ResponseStage, ...]:
-        found = self._response_by_key.get(api_key)
-        if found is None:
-            found = self._response_by_key[api_key] = _for_key(self._response, api_key)
-        return found

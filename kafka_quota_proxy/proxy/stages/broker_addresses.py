@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
+from kafka_quota_proxy.protocol.api_keys import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.rewrite import (
-    DESCRIBE_CLUSTER,
-    FETCH,
-    FIND_COORDINATOR,
-    METADATA,
-    PRODUCE,
     AddressMapper,
     MetadataObserver,
     carries_addresses,

@@ -15,7 +15,7 @@ Performance section for what it measured).
 
 from __future__ import annotations
 
-from kafka_quota_proxy.protocol.fetch import FETCH
+from kafka_quota_proxy.protocol.api_keys import FETCH
 from kafka_quota_proxy.protocol.primitives import INT16
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage

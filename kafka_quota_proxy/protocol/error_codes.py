@@ -1,0 +1,13 @@
+"""Kafka's error codes that the proxy itself answers with (Kafka's Errors.java): the one place
+the proxy spells them."""
+
+from __future__ import annotations
+
+NONE = 0
+CLUSTER_AUTHORIZATION_FAILED = 31
+UNSUPPORTED_SASL_MECHANISM = 33
+ILLEGAL_SASL_STATE = 34
+UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
+SASL_AUTHENTICATION_FAILED = 58
+THROTTLING_QUOTA_EXCEEDED = 89

@@ -1,0 +1,107 @@
+"""The stage chains: the request stages in order, then the broker; the response stages in order,
+then the client. Each stage names the API keys it cares about, and the chain for a key is
+computed once, so a frame no stage asked for is forwarded after reading its header alone.
+`build_pipeline` is the one place the order is written; adding a concern (a quota type, say)
+adds a stage there and touches nothing else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
+from kafka_quota_proxy.protocol.headers import response_body_offset, response_prefix
+from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.proxy.cluster import Cluster
+from kafka_quota_proxy.proxy.context import RequestContext
+from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVersionsIntersect
+from kafka_quota_proxy.proxy.stages.base import RequestStage, ResponseStage
+from kafka_quota_proxy.proxy.stages.broker_addresses import AddressRewrite
+from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
+from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchWireVersion
+from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
+from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
+from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
+from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
+from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
+
+# A response ready to write: one buffer, or pieces written with writelines (no joining copy).
+Response = bytes | memoryview | list[bytes | memoryview]
+# APIs the proxy answers itself in terminate mode: SaslHandshake v0-1, SaslAuthenticate v0-2.
+TERMINATED_SASL_APIS = ((SASL_HANDSHAKE, 0, 1), (SASL_AUTHENTICATE, 0, 2))
+
+
+def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: QuotaControl,
+                   engine: QuotaEngine, cluster: Cluster) -> Pipeline:
+    """The request and response stages, in the order a request and its response pass them."""
+    terminate = isinstance(sasl, SaslTerminate)
+    request: list[RequestStage] = [ApiVersionsGate()]
+    response: list[ResponseStage] = [
+        ApiVersionsIntersect(served=SERVED + (TERMINATED_SASL_APIS if terminate else ()))]
+    if isinstance(sasl, SaslTerminate):
+        request.append(sasl)  # before anything that would act for the client
+    elif isinstance(sasl, SaslInspect):
+        request.append(sasl)
+        response.append(sasl)
+    request += [ClientQuotasApi(quota_control, engine), FetchWireVersion(),
+                QuotaCharge(engine, cluster.topic_partitions)]
+    response += [AddressRewrite(cluster.advertise, cluster.observe_metadata),
+                 QuotaSettle(engine), ThrottleMerge()]
+    return Pipeline(request=request, response=response)
+
+
+def _for_key(stages: Iterable[RequestStage | ResponseStage], api_key: int) -> tuple:
+    return tuple(s for s in stages if s.api_keys is None or api_key in s.api_keys)
+
+
+class Pipeline:
+    """The two chains, with the per-key selection cached."""
+
+    def __init__(self, request: Sequence[RequestStage], response: Sequence[ResponseStage]) -> None:
+        self._request = tuple(request)
+        self._response = tuple(response)
+        self._request_by_key: dict[int, tuple[RequestStage, ...]] = {}
+        self._response_by_key: dict[int, tuple[ResponseStage, ...]] = {}
+
+    def request_stages(self, api_key: int) -> tuple[RequestStage, ...]:
+        found = self._request_by_key.get(api_key)
+        if found is None:
+            found = self._request_by_key[api_key] = _for_key(self._request, api_key)
+        return found
+
+    def response_stages(self, api_key: int) -> tuple[ResponseStage, ...]:
+        found = self._response_by_key.get(api_key)
+        if found is None:
+            found = self._response_by_key[api_key] = _for_key(self._response, api_key)
+        return found
+
+    def run_response_stages(self, ctx: RequestContext, frame: memoryview) -> Response:
+        """The response stages over one whole response; the frame itself when none changed it."""
+        body_at = -1
+        body: memoryview | Pieces = frame
+        changed = False
+        for stage in self.response_stages(ctx.api_key):
+            # Asked stage by stage: an earlier stage can make a later one wanted (a quota
+            # throttle makes ThrottleMerge write throttle_time_ms).
+            if not stage.wants(ctx):
+                continue
+            if body_at < 0:
+                spec = ctx.header.spec
+                assert spec is not None
+                body_at = response_body_offset(frame, spec.response_header_version(ctx.api_version))
+                body = frame[body_at:]
+            if isinstance(body, Pieces):  # a later stage needs one contiguous body
+                body = memoryview(body.join())
+            new_body = stage.on_response(ctx, body)
+            if new_body is not None:
+                body = new_body if isinstance(new_body, Pieces) else memoryview(new_body)
+                changed = True
+        if not changed:
+            return frame
+        # The broker's response header (correlation id, header tags) is kept as it was.
+        prefix = response_prefix(frame, body_at, len(body))
+        if isinstance(body, Pieces):
+            return [prefix, *body.parts]  # the body itself is not copied
+        return prefix + bytes(body)

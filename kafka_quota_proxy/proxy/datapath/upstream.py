@@ -1,0 +1,126 @@
+"""The proxy's connection to a broker on behalf of one client connection: frames split out of
+what the broker sends, small ones whole and large ones as they arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol, cast
+
+from kafka_quota_proxy.config import HostPort
+from kafka_quota_proxy.protocol.errors import ProtocolError
+from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece, StreamingFrameDecoder
+from kafka_quota_proxy.proxy.context import ConnectionInfo
+from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
+from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
+from kafka_quota_proxy.proxy.datapath.splice import plain_socket_fd
+from kafka_quota_proxy.proxy.datapath.upstream_auth import open_upstream
+
+log = logging.getLogger("kafka_quota_proxy.connection")
+
+# A broker response is not bounded by socket.request.max.bytes (fetch.max.bytes can exceed it),
+# only by the protocol's int32 size.
+MAX_RESPONSE_BYTES = 2**31 - 1
+# Responses this large are handed over as they arrive (a Fetch is then written on cut-through).
+STREAM_FROM = 64 * 1024
+
+
+
+
+class ResponseSink(Protocol):
+    """The client connection an upstream connection hands the broker's responses to."""
+
+    info: ConnectionInfo
+    gate: ReadGate | None
+
+    def cork(self) -> None: ...
+    def uncork(self) -> None: ...
+    def on_response(self, frame: memoryview) -> None: ...
+    def on_response_head(self, head: FrameHead) -> None: ...
+    def on_response_piece(self, piece: FramePiece) -> None: ...
+    def splice_rest(self, upstream: UpstreamConnection) -> None: ...
+    def upstream_lost(self, reason: str | None) -> None: ...
+
+
+async def open_upstream_connection(proxy: ConnectionHost, client: ResponseSink,
+                                   target: HostPort) -> UpstreamConnection:
+    """Connect to the broker at `target` for `client`, authenticating first when the proxy has
+    credentials of its own for the broker."""
+    loop = asyncio.get_running_loop()
+    settings = proxy.settings
+    # In passthrough the client authenticates itself to the broker: the proxy's own
+    # credentials serve only its metadata refresh.
+    creds = settings.upstream_sasl if settings.sasl.mode != "passthrough" else None
+    if creds is None:
+        _, upstream = await loop.create_connection(
+            lambda: UpstreamConnection(client, proxy), target.host, target.port,
+            ssl=proxy.upstream_ssl,
+            server_hostname=target.host if proxy.upstream_ssl else None)
+        return upstream
+    # Authenticate on a stream first, then hand the transport to the forwarding protocol.
+    reader, writer = await open_upstream(target.host, target.port, proxy.upstream_ssl, creds)
+    upstream = UpstreamConnection(client, proxy)
+    # A StreamWriter closes its transport when it is garbage-collected: keep it with the
+    # connection that now owns the transport.
+    upstream.streams = (reader, writer)
+    transport = writer.transport
+    transport.set_protocol(upstream)
+    upstream.connection_made(transport)
+    return upstream
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """The proxy's connection to a broker on behalf of one client connection."""
+
+    def __init__(self, client: ResponseSink, proxy: ConnectionHost) -> None:
+        self.client = client
+        self.proxy = proxy
+        self.decoder = StreamingFrameDecoder(MAX_RESPONSE_BYTES, STREAM_FROM)
+        self.transport: asyncio.Transport | None = None
+        self.gate: ReadGate | None = None
+        # The authenticated stream pair this transport came from, if any.
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        self.fd: int | None = None  # the socket's descriptor when splices may read from it
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        self.gate = ReadGate(self.transport)
+        if self.proxy.splicing:
+            self.fd = plain_socket_fd(transport)
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        client.cork()
+        try:
+            for event in self.decoder.feed(data):
+                kind = type(event)
+                if kind is memoryview:
+                    client.on_response(event)  # type: ignore[arg-type]
+                elif kind is FramePiece:
+                    client.on_response_piece(event)  # type: ignore[arg-type]
+                else:
+                    client.on_response_head(event)  # type: ignore[arg-type]
+        except ProtocolError as exc:
+            client.uncork()  # the responses before the bad one are the client's
+            self.proxy.metrics.protocol_errors.labels("broker_" + exc.kind).inc()
+            log.error("bad response from broker %s for client %s: %s",
+                      self.transport.get_extra_info("peername") if self.transport else "?",
+                      self.client.info.describe(), exc)
+            if self.transport is not None:
+                self.transport.abort()
+            self.client.upstream_lost(None)
+        else:
+            client.uncork()
+            if self.fd is not None and self.decoder.streaming_left:
+                client.splice_rest(self)
+
+    def pause_writing(self) -> None:
+        if self.client.gate is not None:
+            self.client.gate.pause("upstream-busy")
+
+    def resume_writing(self) -> None:
+        if self.client.gate is not None:
+            self.client.gate.resume("upstream-busy")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.upstream_lost(str(exc) if exc else "closed by the broker")

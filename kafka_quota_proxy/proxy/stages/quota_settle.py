@@ -1,0 +1,75 @@
+"""The response stage that charges what only the response tells (Fetch bytes, request time) and,
+for a Fetch over quota, swaps in Kafka's throttled empty response (KIP-219).
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+from kafka_quota_proxy.protocol.api_keys import (
+    FETCH,
+)
+from kafka_quota_proxy.protocol.fetch import session_id, throttled_response_body
+from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.throttle import read_throttle, throttle_offset
+from kafka_quota_proxy.proxy.context import RequestContext
+from kafka_quota_proxy.proxy.quotas.charging import REQUEST_QUOTA_EXEMPT, client_of, request_time_ms, throttle
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.stages.base import Replacement, ResponseStage
+
+
+# Exempt from the request quota, as on a broker: nothing can be charged before authentication.
+class QuotaSettle(ResponseStage):
+    """Charges what the response tells: Produce and Fetch bytes, request time. A streamed Fetch
+    is charged from its head: its size is known from the frame's size prefix."""
+
+    streams = True
+
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
+
+    def wants(self, ctx: RequestContext) -> bool:
+        # Only Fetch bytes and request time are charged here: QuotaCharge sets ctx.quota for
+        # those alone. Without a request quota a Produce (charged on arrival) or a Metadata
+        # response has nothing left to settle.
+        return ctx.quota is not None
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        return self._settle(ctx, body, len(body))
+
+    def on_head(self, ctx: RequestContext, head: memoryview, body_size: int) -> bytes | Replacement | None:
+        body = self._settle(ctx, head, body_size)
+        if body is None:
+            return None
+        return Replacement(body.join() if isinstance(body, Pieces) else bytes(body))
+
+    def _settle(self, ctx: RequestContext, body: memoryview, body_size: int) -> bytes | Pieces | None:
+        """`body` is the response body, or at least its start (a streamed Fetch)."""
+        engine, q = self.engine, ctx.quota
+        user, client_id = client_of(ctx)
+        now = engine.clock()
+        key = ctx.api_key
+        request_throttle = 0
+        if key not in REQUEST_QUOTA_EXEMPT and q.request.quotas_enabled:
+            request_throttle = q.request.record_and_get_throttle_ms(
+                user, client_id, request_time_ms(ctx, perf_counter()), now, ctx.conn.charge_handles)
+        if key == FETCH:
+            size = body_size + 4  # FetchResponse.sizeOf: the body and its 4-byte size
+            fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now,
+                                                                ctx.conn.charge_handles)
+            if fetch_throttle > 0 or request_throttle > 0:
+                throttle(engine, ctx, "fetch", fetch_throttle, now)
+                throttle(engine, ctx, "request", request_throttle, now)
+                if engine.enforcing:
+                    # Kafka un-records the bytes and sends an empty response in their place,
+                    # still carrying max(broker's, proxy's) throttle.
+                    q.fetch.unrecord(user, client_id, size, now)
+                    at = throttle_offset(FETCH, ctx.api_version, body)
+                    broker_ms = read_throttle(body, at) if at is not None else 0
+                    return throttled_response_body(ctx.api_version, max(ctx.throttle_ms, broker_ms),
+                                                   session_id(body, ctx.api_version))
+                return None
+        throttle(engine, ctx, "request", request_throttle, now)
+        return None
+
+

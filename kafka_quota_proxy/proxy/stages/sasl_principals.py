@@ -1,0 +1,42 @@
+"""What both SASL stages share: the principal bound to a connection (after Kafka's
+sasl.kerberos.principal.to.local.rules) and the connection's SASL state."""
+
+from __future__ import annotations
+
+import logging
+
+from kafka_quota_proxy.config.identity_settings import SaslSettings
+from kafka_quota_proxy.identity.kerberos_rules import KerberosShortNamer
+from kafka_quota_proxy.protocol.errors import ProtocolError
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, SaslState
+
+log = logging.getLogger("kafka_quota_proxy.sasl")
+
+class Spoofing(ProtocolError):
+    kind = "sasl_spoofing"
+
+
+class Principals:
+    """Kafka's sasl.kerberos.principal.to.local.rules, applied to SASL user names."""
+
+    def __init__(self, settings: SaslSettings) -> None:
+        rules = list(settings.kerberos_rules)
+        self.namer = KerberosShortNamer.parse(rules) if rules else None
+
+    def bind(self, conn: ConnectionInfo, name: str) -> None:
+        principal = self.namer.short_name(name) if self.namer is not None else name
+        state = conn.sasl
+        assert state is not None
+        if state.authenticated and conn.principal != principal:
+            raise Spoofing(f"re-authentication as {principal!r}, connection was {conn.principal!r}")
+        state.authenticated = True
+        conn.principal = principal
+        log.info("connection from %s authenticated as %s", conn.peer, principal)
+
+
+def sasl_state(ctx: RequestContext) -> SaslState:
+    if ctx.conn.sasl is None:
+        ctx.conn.sasl = SaslState()
+    return ctx.conn.sasl
+
+
