@@ -18,28 +18,26 @@ import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter
-from typing import Any, cast
+from typing import cast
 
 from kafka_quota_proxy.config import HostPort
 from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
-from kafka_quota_proxy.protocol.api_keys import PRODUCE, SASL_AUTHENTICATE
+from kafka_quota_proxy.protocol.api_keys import PRODUCE
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameDecoder
-from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, parse_request_header
-from kafka_quota_proxy.protocol.primitives import INT32
+from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeader, ProxyHeaderParser, ProxyHeaderTimeout
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
+from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
 from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
 from kafka_quota_proxy.proxy.datapath.responses import Pending, check_correlation
 from kafka_quota_proxy.proxy.datapath.splice import Splice, plain_socket_fd
 from kafka_quota_proxy.proxy.datapath.streaming import StreamingResponses
 from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection, open_upstream_connection
-from kafka_quota_proxy.proxy.stages.base import Reply
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
-from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 
 log = logging.getLogger("kafka_quota_proxy.connection")
 
@@ -54,7 +52,7 @@ def _holds(reasons: set[str]) -> bool:
     return bool(reasons) and (len(reasons) > 1 or "inflight" not in reasons)
 
 
-class ClientConnection(StreamingResponses, asyncio.Protocol):
+class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     """A Kafka client's connection to one proxy listener."""
 
     def __init__(self, proxy: ConnectionHost, listener: str,
@@ -277,82 +275,6 @@ class ClientConnection(StreamingResponses, asyncio.Protocol):
             out.append(frame)
         else:
             out.extend(ctx.forward_parts())
-
-    def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
-        if reply.later is not None:
-            # Hold this place in the response order until the answer is computed.
-            pending = Pending(ctx)
-            self._inflight.append(pending)
-            assert self.gate is not None
-            self.gate.pause("authenticating")
-
-            def done(future: Any) -> None:
-                if self.gate is not None:
-                    self.gate.resume("authenticating")
-                if not self._closed:
-                    answer: Reply = future.result()
-                    assert answer.body is not None
-                    self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
-                               answer.close_after)
-                    self._release()
-            reply.later.add_done_callback(done)
-            return
-        if reply.body is None:
-            if ctx.throttle_ms:
-                self.mute(ctx.throttle_ms)  # refused with no response to send (acks=0)
-            return
-        self._reply(ctx, self._frame_reply(ctx, reply.body), reply.delay_ms, reply.close_after)
-
-    @staticmethod
-    def _frame_reply(ctx: RequestContext, body: bytes) -> bytes:
-        hv = ctx.header.spec.response_header_version(ctx.api_version) if ctx.header.spec else 0
-        return frame_response(ctx.header.correlation_id, hv, body)
-
-    def _reply(self, ctx: RequestContext, frame: bytes, delay_ms: int = 0, close_after: bool = False) -> None:
-        """Queue a response the proxy made, in order; optionally held back, optionally the last."""
-        pending = Pending(ctx)
-        self._inflight.append(pending)
-        self._fill(pending, frame, delay_ms, close_after)
-
-    def _fill(self, pending: Pending, frame: bytes, delay_ms: int, close_after: bool) -> None:
-        if close_after:
-            # Nothing after a failed authentication is read (a broker closes the connection).
-            assert self.gate is not None
-            self.gate.pause("closing")
-            self._draining = True
-
-        def ready() -> None:
-            pending.response = frame
-            self._flush()
-        if delay_ms > 0:
-            self.proxy.loop.call_later(delay_ms / 1000, ready)
-        else:
-            ready()
-
-    def _legacy_token(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
-        """A bare SASL token after SaslHandshake v0: no Kafka header, no correlation id."""
-        header = RequestHeader(SASL_AUTHENTICATE, 0, -1, None, 4, None)
-        ctx = RequestContext(header, frame, self.info, received_at=perf_counter(), raw=True)
-        sasl = self.proxy.sasl_stage
-        assert sasl is not None
-        if isinstance(sasl, SaslTerminate):
-            token, code, _, delay = sasl.step(self.info, bytes(frame[4:]))
-            if code:
-                # v0 has no error frame: the broker just closes the connection.
-                self._reply(ctx, b"", delay, close_after=True)
-                return
-            state = self.info.sasl
-            assert state is not None
-            if state.server is None:
-                state.legacy = False
-            self._reply(ctx, INT32.pack(len(token)) + token)
-            return
-        sasl.legacy_token(self.info, bytes(frame[4:]))
-        pending = Pending(ctx)
-        self._inflight.append(pending)
-        self._awaiting.append(pending)
-        ctx.sent_at = perf_counter()
-        out.append(frame)
 
     def _bad_input(self, exc: ProtocolError) -> None:
         self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
