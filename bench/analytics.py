@@ -25,10 +25,11 @@ from pathlib import Path
 import pandas as pd
 
 from kafka_quota_proxy.analytics.generate import generate, make_plan
-from kafka_quota_proxy.analytics.pipeline import Options, Summary, analyze
+from kafka_quota_proxy.analytics.pipeline import Options, analyze
 from kafka_quota_proxy.analytics.quota_file import Quotas, load_quota_file
 from kafka_quota_proxy.analytics.replay import replay_unit
 from kafka_quota_proxy.analytics.session import start
+from kafka_quota_proxy.analytics.summary import Summary
 from kafka_quota_proxy.quota.rate import MetricConfig
 
 TENANTS = 100

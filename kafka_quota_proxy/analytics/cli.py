@@ -17,10 +17,9 @@ import argparse
 import importlib.util
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
-if TYPE_CHECKING:
-    from kafka_quota_proxy.analytics.pipeline import Summary
+from kafka_quota_proxy.analytics.summary import Summary
 
 EXIT_USAGE = 2
 PROG = "kafka-quota-proxy"

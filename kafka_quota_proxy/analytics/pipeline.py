@@ -15,11 +15,10 @@ cluster, the executors too: the big tables are written by Spark).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -40,6 +39,7 @@ from kafka_quota_proxy.analytics.recommend import (
     recommend,
 )
 from kafka_quota_proxy.analytics.stats import to_pandas
+from kafka_quota_proxy.analytics.summary import Summary
 from kafka_quota_proxy.quota.rate import MetricConfig
 
 CURRENT, CANDIDATE = "current", "candidate"
@@ -56,30 +56,6 @@ class Options:
     top: int = 10
     window_num: int | None = None
     window_size_seconds: int | None = None
-
-
-@dataclass
-class Summary:
-    """What a run read and found, and how long each stage took; also written as summary.json."""
-
-    usage: str
-    out: str
-    lines: int = 0
-    bad_lines: int = 0
-    records: int = 0
-    tenants: int = 0
-    users: int = 0
-    first_ms: int = 0
-    end_ms: int = 0
-    window_num: int = 11
-    window_size_seconds: int = 1
-    current: str = "the quotas recorded in the log"
-    candidate: str = "the recommended quotas"
-    seconds: dict[str, float] = field(default_factory=dict)
-    replay: dict[str, int] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2) + "\n"
 
 
 class Run:

@@ -12,7 +12,6 @@ import html
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 from pyspark.sql import DataFrame
@@ -23,11 +22,9 @@ from kafka_quota_proxy.analytics.measures import FETCH, MEASURES, PRODUCE, Measu
 from kafka_quota_proxy.analytics.readable import format_bytes, format_value
 from kafka_quota_proxy.analytics.recommend import Recommendations
 from kafka_quota_proxy.analytics.stats import to_pandas
+from kafka_quota_proxy.analytics.summary import Summary
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
-
-if TYPE_CHECKING:
-    from kafka_quota_proxy.analytics.pipeline import Summary
 
 PLOTTED_TENANTS = 6
 TABLE_ROWS = 20

@@ -19,7 +19,7 @@ from kafka_quota_proxy.config import HostPort, Settings
 from kafka_quota_proxy.config.identity_settings import UpstreamSaslSettings
 from kafka_quota_proxy.protocol import bootstrap
 from kafka_quota_proxy.protocol.errors import ProtocolError
-from kafka_quota_proxy.proxy.datapath.upstream_auth import open_upstream, read_frame
+from kafka_quota_proxy.proxy.upstream_auth import open_upstream, read_frame
 
 log = logging.getLogger("kafka_quota_proxy.cluster")
 

@@ -7,9 +7,34 @@ from typing import Any
 
 from kafka_quota_proxy.config import HostPort
 from kafka_quota_proxy.identity.sasl_server import SaslServer
+from kafka_quota_proxy.protocol.api_keys import (
+    ADD_OFFSETS_TO_TXN,
+    ADD_PARTITIONS_TO_TXN,
+    ALTER_CONFIGS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_RECORDS,
+    DELETE_TOPICS,
+    ELECT_LEADERS,
+    END_TXN,
+    FETCH,
+    FIND_COORDINATOR,
+    HEARTBEAT,
+    INCREMENTAL_ALTER_CONFIGS,
+    INIT_PRODUCER_ID,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    OFFSET_COMMIT,
+    PRODUCE,
+    SYNC_GROUP,
+    TXN_OFFSET_COMMIT,
+)
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.protocol.messages import decode_response
+from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
+from kafka_quota_proxy.quota.managers import ChargeHandle
 
 ANONYMOUS = "ANONYMOUS"  # Kafka's principal for an unauthenticated connection
 
@@ -38,8 +63,8 @@ class ConnectionInfo:
     sasl: SaslState | None = None  # once the client starts SASL
     ip: str = ""  # the client's address (from a PROXY header when there is one)
     metered: bool = False  # counted in the usage log's `connections` (at its first request)
-    # quota.managers.ChargeHandle by manager: this connection's way to its sensors, kept
-    charge_handles: dict[Any, Any] = field(default_factory=dict)
+    # ChargeHandle by quota manager: this connection's way to its sensors, kept
+    charge_handles: dict[object, ChargeHandle] = field(default_factory=dict)
 
     def set_address(self, ip: str, port: int) -> None:
         self.ip = ip
@@ -66,7 +91,7 @@ class RequestContext:
     # Same-length replacements of the frame's bytes, (offset, bytes), applied when forwarding.
     patches: list[tuple[int, bytes]] | None = None
     wire_version: int = -1  # the version forwarded to the broker, when a stage changed it
-    quota: Any = None  # the quota managers charged for this request, if any
+    quota: ScopeManagers | None = None  # the quota managers charged for this request, if any
     throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
     fetch_max_wait_ms: int = 0
     permits: int | None = None  # controller mutations: partitions created or deleted (KIP-599)
@@ -116,3 +141,39 @@ class RequestContext:
     @property
     def api_version(self) -> int:
         return self.header.api_version
+
+
+# Answered after a wait: for a coordinator (FindCoordinator can wait for one to load), for a
+# rebalance, for replication of an offset or transaction commit, or for the controller.
+WAITING_APIS = frozenset({
+    FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
+    OFFSET_COMMIT, TXN_OFFSET_COMMIT,
+    INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
+    CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, CREATE_PARTITIONS, ELECT_LEADERS,
+    INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS, ALTER_CONFIGS,
+})
+
+
+def _waits_at_broker(ctx: RequestContext) -> bool:
+    key = ctx.api_key
+    if key == FETCH:
+        return ctx.fetch_max_wait_ms > 0
+    if key == PRODUCE:
+        return ctx.acks == -1
+    return key in WAITING_APIS
+
+
+def request_time_ms(ctx: RequestContext, now: float) -> float:
+    """What the request quota charges for one request, in ms.
+
+    Request time at a proxy. The proxy cannot see broker threads, so it charges the proxy's own
+    processing time for the request and its response, plus the broker's service time as seen from
+    the proxy, except for requests a broker answers only after waiting by design (`WAITING_APIS`:
+    a long-poll Fetch, Produce with acks=all, coordinator lookups and group membership, offset and
+    transaction commits, controller operations), whose broker time is mostly waiting, not work, and
+    is not charged. An idle consumer long-polling an empty topic costs almost nothing, while a
+    client busy-polling (Metadata, ListOffsets, Fetch with max_wait_ms=0) pays for every trip.
+    """
+    proxy = (ctx.sent_at - ctx.received_at) + (now - ctx.answered_at)
+    broker = 0.0 if _waits_at_broker(ctx) else ctx.answered_at - ctx.sent_at
+    return (proxy + broker) * 1000.0

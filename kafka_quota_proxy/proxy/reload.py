@@ -10,26 +10,34 @@ reported as such.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from kafka_quota_proxy.config import ConfigError, load_file
+from kafka_quota_proxy.config import ConfigError, Settings, load_file
 from kafka_quota_proxy.config.quota_settings import QuotaSettings, validate_quota_entries
-
-if TYPE_CHECKING:
-    from kafka_quota_proxy.proxy.server import Proxy
-
 from kafka_quota_proxy.proxy.file_watch import watch_files
+from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.quota.resolution import QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.reload")
 POLL_SECONDS = 1.0
 RUN_TIME_KEYS = ("quota", "quotas", "config_path")
 
 
-async def watch_config(path: str, proxy: Proxy, poll_seconds: float = POLL_SECONDS) -> None:
+class Reloadable(Protocol):
+    """What a config reload changes in a running proxy (server.Proxy is the one implementation)."""
+
+    settings: Settings
+    engine: QuotaEngine
+    quota_control: QuotaControl
+    quotas: QuotaStore
+
+
+async def watch_config(path: str, proxy: Reloadable, poll_seconds: float = POLL_SECONDS) -> None:
     await watch_files([path], poll_seconds, lambda: reload_config(path, proxy))
 
 
-def reload_config(path: str, proxy: Proxy) -> bool:
+def reload_config(path: str, proxy: Reloadable) -> bool:
     """Apply the file's quotas and quota switches; False (and the old ones kept) if it is bad."""
     try:
         values = load_file(path)

@@ -4,9 +4,9 @@ its place in the connection's response order."""
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from time import perf_counter
-from typing import Any
 
 from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response
@@ -47,11 +47,11 @@ class LocalAnswers:
             assert self.gate is not None
             self.gate.pause("authenticating")
 
-            def done(future: Any) -> None:
+            def done(future: asyncio.Future[Reply]) -> None:
                 if self.gate is not None:
                     self.gate.resume("authenticating")
                 if not self._closed:
-                    answer: Reply = future.result()
+                    answer = future.result()
                     assert answer.body is not None
                     self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
                                answer.close_after)

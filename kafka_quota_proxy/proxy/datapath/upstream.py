@@ -14,7 +14,7 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
 from kafka_quota_proxy.proxy.datapath.splice import plain_socket_fd
-from kafka_quota_proxy.proxy.datapath.upstream_auth import open_upstream
+from kafka_quota_proxy.proxy.upstream_auth import open_upstream
 
 log = logging.getLogger("kafka_quota_proxy.connection")
 

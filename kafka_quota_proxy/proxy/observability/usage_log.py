@@ -42,8 +42,7 @@ from prometheus_client.registry import Collector
 
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings
 from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCH, PRODUCE
-from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.charging import request_time_ms
+from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.quota import usage
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore

@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Protocol
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.quota.entities import CLIENT_KEYS, USER_ONLY_KEYS, QuotaKey
@@ -47,6 +47,12 @@ class Switches:
     counting_producer_ids: bool  # some producer_ids_rate has ever been configured
     request_quotas: bool  # some request_percentage has ever been configured
     exempting: bool  # exempt principals or client-ids are listed
+
+
+class ThrottleListener(Protocol):
+    """Told of every throttle the engine counts (the usage log's meter)."""
+
+    def throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None: ...
 
 
 @dataclass
@@ -112,8 +118,8 @@ class QuotaEngine:
         self.throttles = ThrottleStats(settings.max_tracked_entities)
         self._switches: Switches | None = None
         self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
-        # The usage log's meter (proxy.usage_log.UsageMeter), told of every throttle; None when off.
-        self.usage: Any = None
+        # The usage log's meter, told of every throttle; None when the usage log is off.
+        self.usage: ThrottleListener | None = None
 
     def _new_sensors(self) -> LocalSensors:
         sensors = LocalSensors(self.config, max_entities=self.settings.max_tracked_entities,

@@ -9,8 +9,8 @@ else.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.proxy.context import RequestContext
@@ -25,7 +25,7 @@ class Reply:
     close_after: bool = False  # close the connection once it is written (failed authentication)
     # The answer is computed off the event loop (a PLAIN password hash takes ~100 ms of CPU):
     # it resolves to the Reply to send; `body` is then unused.
-    later: Any = None
+    later: asyncio.Future[Reply] | None = None
 
 
 class RequestStage:

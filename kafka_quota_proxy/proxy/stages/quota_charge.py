@@ -36,9 +36,9 @@ from kafka_quota_proxy.protocol.fetch import read_fetch_request
 from kafka_quota_proxy.protocol.primitives import INT32
 from kafka_quota_proxy.protocol.produce import producer_ids, refusal
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.charging import client_of, throttle
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
+from kafka_quota_proxy.proxy.stages.throttling import client_of, throttle
 from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
@@ -125,7 +125,7 @@ class QuotaCharge(RequestStage):
         return Reply(refusal(ctx.decode_request(), ctx.api_version, PRODUCER_ID_REFUSAL, message,
                              ctx.throttle_ms))
 
-    def _fetch_cap(self, q: Any, user: str, client_id: str) -> float:
+    def _fetch_cap(self, q: ScopeManagers, user: str, client_id: str) -> float:
         """Kafka caps max_bytes at Q*(N-1)*W (getMaxValueInQuotaWindow). The proxy caps at one
         sample's worth, Q*W, a tenth of that by default, so that one response never holds more
         than a second of quota. With Kafka's cap, Tansu (which sizes responses by max_bytes

@@ -12,10 +12,14 @@ from kafka_quota_proxy.protocol.api_keys import (
 from kafka_quota_proxy.protocol.fetch import session_id, throttled_response_body
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.throttle import read_throttle, throttle_offset
-from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.charging import REQUEST_QUOTA_EXEMPT, client_of, request_time_ms, throttle
+from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Replacement, ResponseStage
+from kafka_quota_proxy.proxy.stages.throttling import (
+    REQUEST_QUOTA_EXEMPT,
+    client_of,
+    throttle,
+)
 
 
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
@@ -46,6 +50,7 @@ class QuotaSettle(ResponseStage):
     def _settle(self, ctx: RequestContext, body: memoryview, body_size: int) -> bytes | Pieces | None:
         """`body` is the response body, or at least its start (a streamed Fetch)."""
         engine, q = self.engine, ctx.quota
+        assert q is not None  # wants() lets only a charged request through
         user, client_id = client_of(ctx)
         now = engine.clock()
         key = ctx.api_key
