@@ -64,6 +64,8 @@ class TenantProfile:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """What to generate: the time span, interval, seed, instance and tenant profiles."""
+
     start_ms: int
     hours: int
     interval_s: int

@@ -39,6 +39,8 @@ CURRENT, CANDIDATE = "current", "candidate"
 
 @dataclass(frozen=True, slots=True)
 class Options:
+    """The `analyze` command's options."""
+
     usage: str
     out: str
     quotas: str | None = None

@@ -54,6 +54,8 @@ class Recommendation:
 
 @dataclass
 class Recommendations:
+    """The recommended quotas, with the rule's parameters and notes."""
+
     items: list[Recommendation]
     percentile: float
     headroom: float

@@ -18,6 +18,8 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 @dataclass(frozen=True, slots=True)
 class TlsSettings:
+    """TLS on the client listeners (`tls:`)."""
+
     cert_file: str
     key_file: str
     ca_file: str | None = None
@@ -26,6 +28,8 @@ class TlsSettings:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamTlsSettings:
+    """TLS towards the brokers (`upstream_tls:`)."""
+
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
@@ -34,6 +38,8 @@ class UpstreamTlsSettings:
 
 @dataclass(frozen=True, slots=True)
 class SaslSettings:
+    """How clients authenticate (`sasl:`): none, passthrough or terminate."""
+
     mode: str = "none"
     mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
     credentials_file: str | None = None
@@ -44,6 +50,8 @@ class SaslSettings:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSaslSettings:
+    """The proxy's own SASL credentials at the brokers (`upstream_sasl:`)."""
+
     mechanism: str
     username: str
     password: str = field(repr=False)  # never printed

@@ -80,6 +80,8 @@ def parse_producer_ids(raw: Any) -> ProducerIdSettings:
 
 @dataclass(frozen=True, slots=True)
 class QuotaSettings:
+    """The `quota:` section: scope, mode, windows, exemptions, caps, state file, producer ids."""
+
     scope: str = "broker"
     mode: str = "enforce"
     window_num: int = 11
