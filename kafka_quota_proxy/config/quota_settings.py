@@ -91,7 +91,7 @@ class QuotaSettings:
     max_tracked_entities: int = 100_000
     max_connections_per_ip: int | None = None
     state_file: str | None = None
-    # Who may AlterClientQuotas through the proxy; None lets every principal (see the README).
+    # Who may AlterClientQuotas through the proxy; None lets every principal (docs/quotas.md).
     alter_principals: frozenset[str] | None = None
     producer_ids: ProducerIdSettings = ProducerIdSettings()
 
