@@ -1,14 +1,8 @@
-"""`kafka-quota-proxy analyze` and `kafka-quota-proxy generate-usage`.
+"""`kafka-quota-proxy analyze` and `kafka-quota-proxy generate-usage` (options: docs/analytics.md).
 
-    analyze --usage DIR --out DIR [--quotas FILE] [--candidate FILE] [--master URL]
-            [--percentile P] [--headroom H] [--top K] [--window-num N] [--window-size-seconds W]
-            [--conf KEY=VALUE ...]
-    generate-usage --out DIR [--tenants N] [--days D] [--interval-seconds S] [--start YYYY-MM-DD]
-                   [--outliers K] [--seed X] [--instance NAME] [--workers N]
-
-Spark, pandas, pyarrow and matplotlib come with the `spark` extra and are imported only here,
-when a command runs, so the proxy itself never needs them. Bad arguments, unreadable inputs and
-a missing extra are one line and exit status 2, never a traceback.
+Spark, pandas, pyarrow and matplotlib (the `spark` extra) are imported only here, when a command
+runs, so the proxy itself never needs them. Bad arguments, unreadable inputs and a missing extra
+are one line and exit status 2, never a traceback.
 """
 
 from __future__ import annotations

@@ -1,28 +1,7 @@
 """Synthetic usage logs, in the proxy's record format and file layout, with known outliers.
 
-The records are quota/usage.py's version 1: each line's keys and their order come from
-`quota.usage.record` itself (a template is made from one record with marker values), and the
-files are `<out>/dt=YYYY-MM-DD/hour=HH/usage-<instance>.jsonl.gz`, the last hour left plain
-`.jsonl` as a running proxy leaves its current hour. Every tenant is active in every interval.
-
-The population (deterministic for a seed):
-- about 70 % of tenants authenticate (`svc-NNN`, some users with a second, consume-only client),
-  the rest are ANONYMOUS clients (`anon-NNN`);
-- produce and fetch rates follow a daily sine with a per-tenant phase and amplitude, plus
-  log-normal noise per interval, and are halved on Saturdays and Sundays;
-- requests follow the bytes (batches of about 64 KiB; fetches long-poll twice a second), each
-  costing 0.3 to 0.5 ms of request time; a tenant now and then creates a one-partition topic,
-  and redeploys its 1 to 4 producers once a day (new producer ids and connections);
-- the quotas in force are a default producer and consumer byte rate of ten times the median
-  tenant's, and a default producer_ids_rate of 0.1/s, resolved per tenant by the proxy's own
-  QuotaResolver; a tenant over its byte quota in an interval is recorded as the proxy would hold
-  it: bytes = quota x interval, throttle_ms = the excess over the quota, at most the interval.
-- K outliers get one or two measures at 6 to 10 times the median tenant's: produce, fetch,
-  request (busy polling), mutations (a topic-creating loop), producer_ids (a producer per
-  message). They are listed in `generator-manifest.json` and returned.
-
-Each hour is generated from its own seeded random stream, so hours are written in parallel
-processes (`workers`) and the result does not depend on how many there are.
+Deterministic for a seed; each hour has its own random stream, so hours are written in parallel.
+The population it models and the outliers it injects: docs/analytics.md.
 """
 
 from __future__ import annotations
@@ -85,6 +64,8 @@ class TenantProfile:
 
 @dataclass(frozen=True, slots=True)
 class Plan:
+    """What to generate: the time span, interval, seed, instance and tenant profiles."""
+
     start_ms: int
     hours: int
     interval_s: int

@@ -1,16 +1,8 @@
 """`analyze`: usage log in, report out.
 
-    read   the log (reading.py)             -> records.parquet, lines read and bad lines counted
-    report per-tenant statistics (stats.py) -> tenants, hourly, hour_of_day, users, outliers
-    advise recommended quotas (recommend.py) -> recommendations, recommended-quotas.yaml / .sh
-    replay the log under the current and the candidate quotas (whatif.py, replay.py) -> replay
-    show   report.html with its plots (report_html.py, plots.py), summary.json
-
-Each stage writes its tables (Parquet and CSV) and the next reads them back, so nothing is
-computed twice. Only bounded results reach the driver: k outliers per measure, one row per
-tenant or user for the recommendations, hourly series of the few tenants plotted, and the
-replay's top rows; records never do. `--out` must be a directory the driver can write (and, on a
-cluster, the executors too: the big tables are written by Spark).
+read (reading.py) -> report (stats.py) -> advise (recommend.py) -> replay (whatif.py, replay.py)
+-> show (report_html.py, plots.py). Each stage writes its tables and the next reads them back;
+only bounded results reach the driver. The stages and their outputs: docs/analytics.md.
 """
 
 from __future__ import annotations
@@ -47,6 +39,8 @@ CURRENT, CANDIDATE = "current", "candidate"
 
 @dataclass(frozen=True, slots=True)
 class Options:
+    """The `analyze` command's options."""
+
     usage: str
     out: str
     quotas: str | None = None

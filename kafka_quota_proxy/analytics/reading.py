@@ -1,16 +1,8 @@
 """Reading the usage log: JSON Lines, plain and gzipped, under an explicit schema made from
 quota/usage.py (version 1).
 
-Spark parses in PERMISSIVE mode into a corrupt-record column, so a line that is not JSON, is cut
-short (the current hour's file is still being written), has a wrong type, lacks a key that
-identifies it (v, start_ms, interval_s, user, client_id) or has another version is counted and
-skipped, never fatal. Counters missing from an otherwise good line count as 0 (the format says
-every key is present; a future writer leaving zeros out still reads right). A gzipped file cut
-short is read up to the break; what follows cannot be read, so it cannot be counted either.
-
-The result is flat: one row per record, `requests_<group>`, `throttle_<type>_ms`,
-`throttled_<type>` and `quota_<key>` columns. The `dt=`/`hour=` directories are not used for
-time (files are found recursively and partition inference is off); `start_ms` is.
+Bad, cut-short or other-version lines are counted and skipped, never fatal; the result is one
+flat row per record. The rules: docs/analytics.md.
 """
 
 from __future__ import annotations

@@ -1,24 +1,8 @@
 """Recommended quotas: a default for everyone and overrides for the outliers (KIP-13's "fixed
 quotas for everyone but the top k outliers which can justify custom quotas").
 
-The rule, for each quota key, over the tenants that use that measure at all:
-
-- each tenant's demand is its p99 interval rate, demand meaning what it sent plus what its
-  recorded throttle held back (see `pipeline`'s demand model);
-- default = the `percentile`-th (nearest-rank) of those p99s, times `headroom`, rounded up to a
-  readable number;
-- a tenant whose p99 exceeds the default gets an override of its p99 times `headroom`, rounded
-  up. Tenants between the percentile and the default fit under the default's headroom.
-
-Byte rates round to whole bytes (Kafka LONG keys); the DOUBLE keys to two significant digits.
-`producer_ids_rate` is a user quota (KIP-936): it is recommended per authenticated user, from
-hourly rates (its window is hours, not seconds).
-
-Entities follow Kafka's precedence, so that every value recommended is the one that applies:
-with only ANONYMOUS tenants, quotas go on client-ids (`client-id: <default>`, `client-id: C`);
-otherwise on user and client-id (`user: <default>, client-id: <default>`, `user: U, client-id: C`).
-In a log with both, an anonymous tenant's override is written for `user: ANONYMOUS, client-id: C`:
-a client-id-only entity (level 7) would lose to the `<default>` user and client-id (level 5).
+The rule (percentile of the tenants' p99 demand, times headroom, rounded up) and the entities it
+picks under Kafka's precedence: docs/analytics.md.
 """
 
 from __future__ import annotations
@@ -70,6 +54,8 @@ class Recommendation:
 
 @dataclass
 class Recommendations:
+    """The recommended quotas, with the rule's parameters and notes."""
+
     items: list[Recommendation]
     percentile: float
     headroom: float

@@ -1,43 +1,8 @@
 """What-if replay: recorded usage sent again through the proxy's own quota engine, under other quotas.
 
-For one replay unit (the records of the tenants that share one quota sensor, on one proxy
-instance), the usage is turned into requests and fed to `quota.managers.ClientQuotaManager`
-over a `QuotaStore`, `LocalSensors` and `MetricConfig`, exactly the objects the proxy uses, with
-time taken from the log instead of a clock. Kafka's precedence and sensor sharing (KIP-55) come
-from the store, as in the proxy.
-
-The demand model. In each interval a tenant wanted to send
-
-    demand = bytes + throttle_ms / 1000 * Q_current
-
-where Q_current is the quota in force then (the record's `quotas`; none: demand = bytes). This is
-Kafka's throttle formula read backwards: a throttle of T ms means the client was ahead of its
-quota by T * Q bytes. A client throttled for the whole interval therefore reads as demanding at
-least twice its quota; more than that the log cannot show. The demand goes out evenly spread over
-the interval in min(requests of that type, 10) equal requests (at least one). After each request
-the client is muted for the throttle the engine returns (KIP-219): a request due while it is
-muted waits, and what is still waiting at the end of the interval carries over, in order, into
-the next one (sent as soon as allowed). Produce bytes are charged when sent
-(record_and_get_throttle_ms). A Fetch over quota is answered empty: its bytes are un-recorded
-(`unrecord`) and it is asked for again when the throttle ends. A Fetch carries at most Q * W
-bytes, the proxy's cap on max_bytes (Kafka's is Q * (N-1) * W; with it, one response of most of a
-window's allowance fits once per window and the consumer gets a fraction of its quota: see the
-README's differences from Kafka); a bigger demand takes several fetches.
-
-Results per tenant: the throttle time the engine returned, in total; the bytes of requests that
-went out later than due (delayed); and the bytes still waiting when the log ends (backlog).
-
-Fast paths, both exact (the results are the same as without them; a test checks it). The bound:
-a sample holds records of at most W before its last one and is purged N*W after that, so a
-Rate's total at t holds only records of (t - (N+1)*W, t]; its window is at least (N-1)*W; so if
-those records sum to at most Q * (N-1) * W the measured rate cannot exceed Q and nothing throttles.
-- For every request, that sum is computed once per unit, vectorised, as if everything had gone
-  out when due. If it holds for all, the unit is not simulated at all (by induction nothing ever
-  waits or is throttled): most tenants, which stay well under their quota.
-- Otherwise, an interval whose requests all fit, starting with nothing waiting, nobody muted and
-  nothing sent late in the last (N+1)*W, is recorded straight into the sensor in time order with
-  the same state changes as record_and_get_throttle_ms (the record, and the purge its measuring
-  does), skipping the throttle computation and the event loop.
+One replay unit (the tenants sharing one quota sensor, on one instance) is fed to
+`quota.managers.ClientQuotaManager` with time taken from the log. The demand model, the results
+and the two exact fast paths: docs/analytics.md.
 """
 
 from __future__ import annotations

@@ -34,6 +34,8 @@ Quotas = Mapping[QuotaEntity, Mapping[QuotaKey, float]]
 
 @dataclass
 class Inputs:
+    """The tables and results report.html is drawn from."""
+
     summary: Summary
     tenants: DataFrame
     hours: DataFrame

@@ -1,15 +1,8 @@
 """Per-tenant statistics, in Spark: one row per (user, client-id), hourly series, the hour-of-day
 pattern, the users' producer-id rates and the top outliers.
 
-A tenant is (user, client_id). Its records of one interval start are summed first (several proxy
-instances, or a restart, each write one), so a rate is what the tenant did in that interval. A
-rate is the interval's amount over its length, in the unit of the measure's quota key (see
-`measures`); percentiles are over the intervals the tenant was active in (the log has a line
-only for those). Demand adds what the recorded throttle held back (see `replay`): amount +
-throttle_ms / 1000 * Q / unit, Q being the quota recorded as in force.
-
-Everything here stays in Spark except what is bounded: k outliers per measure, and one value
-per tenant or user for the recommendations.
+Everything stays in Spark except what is bounded. How rates and demand are computed:
+docs/analytics.md.
 """
 
 from __future__ import annotations

@@ -1,32 +1,6 @@
 """Identity and transport security settings: TLS, SASL, principal mapping, PROXY protocol.
 
-    tls:                          # TLS on every client listener
-      cert_file: server.pem
-      key_file: server-key.pem
-      ca_file: clients-ca.pem     # to verify client certificates
-      client_auth: none           # none | requested | required (mTLS)
-    upstream_tls:                 # TLS towards the brokers
-      ca_file: brokers-ca.pem
-      cert_file: null             # client certificate, if the brokers ask for one
-      key_file: null
-      check_hostname: true
-    sasl:
-      mode: none                  # none | passthrough (broker authenticates; proxy inspects)
-                                  # | terminate (proxy authenticates from credentials_file)
-      mechanisms: [SCRAM-SHA-512, SCRAM-SHA-256, PLAIN]
-      credentials_file: users.yaml
-      oauthbearer_claim: sub      # passthrough: the JWT claim that names the user
-      kerberos_rules: []          # sasl.kerberos.principal.to.local.rules, applied to every
-                                  # SASL name (Kafka applies them to GSSAPI names only; the
-                                  # proxy has no GSSAPI); empty: names are principals as sent
-    upstream_sasl:                # terminate mode: the proxy's own credentials at the brokers
-      mechanism: SCRAM-SHA-512
-      username: proxy
-      password_file: proxy.password
-    ssl_principal_mapping_rules: DEFAULT   # ssl.principal.mapping.rules, for mTLS
-    principals_by_cidr:           # PLAINTEXT: a principal by source address
-      10.1.0.0/16: team-a
-    proxy_protocol: false         # listeners expect a PROXY protocol v1/v2 header
+Every key with its default: docs/configuration.md; what they do: docs/identity.md.
 """
 
 from __future__ import annotations
@@ -44,6 +18,8 @@ MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 @dataclass(frozen=True, slots=True)
 class TlsSettings:
+    """TLS on the client listeners (`tls:`)."""
+
     cert_file: str
     key_file: str
     ca_file: str | None = None
@@ -52,6 +28,8 @@ class TlsSettings:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamTlsSettings:
+    """TLS towards the brokers (`upstream_tls:`)."""
+
     ca_file: str | None = None
     cert_file: str | None = None
     key_file: str | None = None
@@ -60,6 +38,8 @@ class UpstreamTlsSettings:
 
 @dataclass(frozen=True, slots=True)
 class SaslSettings:
+    """How clients authenticate (`sasl:`): none, passthrough or terminate."""
+
     mode: str = "none"
     mechanisms: tuple[str, ...] = ("SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN")
     credentials_file: str | None = None
@@ -70,6 +50,8 @@ class SaslSettings:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamSaslSettings:
+    """The proxy's own SASL credentials at the brokers (`upstream_sasl:`)."""
+
     mechanism: str
     username: str
     password: str = field(repr=False)  # never printed

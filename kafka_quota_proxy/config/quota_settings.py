@@ -1,36 +1,7 @@
-"""The `quota:` section and the `quotas:` list of the config file.
+"""The `quota:` section and the `quotas:` list of the config file, parsed and validated.
 
-    quota:
-      scope: broker            # broker (default): a measurement per upstream broker, as Kafka;
-                               # proxy: one measurement across every broker behind this proxy
-      mode: enforce            # enforce | observe (measure, report, never throttle) | off
-      window_num: 11           # quota.window.num
-      window_size_seconds: 1   # quota.window.size.seconds
-      exempt_principals: []    # never measured nor throttled (e.g. mirror makers)
-      exempt_client_ids: []
-      max_tracked_entities: 100000
-      max_connections_per_ip: null
-      state_file: null         # where quotas set through AlterClientQuotas are kept;
-                               # default: <config file>.quota-state.json beside the config
-      alter_principals: null   # who may AlterClientQuotas; null: every principal
-      producer_ids:            # the producer_ids_rate quota (KIP-936), see ProducerIdSettings
-        action: throttle       # throttle | reject
-        window_num: 11         # producer.id.quota.window.num
-        window_size_seconds: 3600  # producer.id.quota.window.size.seconds
-        cleanup_interval_ms: 10    # producer.id.quota.cache.cleanup.scheduler.interval.ms
-        expected_ids_per_window: 1000  # per user: sizes each Bloom filter
-        false_positive_rate: 0.01
-        max_users: 10000
-        max_bits_per_user: 131072
-    quotas:
-      - client-id: producer-a
-        producer_byte_rate: 1048576
-      - user: <default>
-        consumer_byte_rate: 2097152
-      - ip: <default>
-        connection_creation_rate: 20
-      - user: <default>
-        producer_ids_rate: 0.05  # new producer ids per second (extension key, users only)
+Every key with its default: docs/configuration.md; what they mean: docs/quotas.md and
+docs/producer-id-quotas.md.
 """
 
 from __future__ import annotations
@@ -109,6 +80,8 @@ def parse_producer_ids(raw: Any) -> ProducerIdSettings:
 
 @dataclass(frozen=True, slots=True)
 class QuotaSettings:
+    """The `quota:` section: scope, mode, windows, exemptions, caps, state file, producer ids."""
+
     scope: str = "broker"
     mode: str = "enforce"
     window_num: int = 11
@@ -118,7 +91,7 @@ class QuotaSettings:
     max_tracked_entities: int = 100_000
     max_connections_per_ip: int | None = None
     state_file: str | None = None
-    # Who may AlterClientQuotas through the proxy; None lets every principal (see the README).
+    # Who may AlterClientQuotas through the proxy; None lets every principal (docs/quotas.md).
     alter_principals: frozenset[str] | None = None
     producer_ids: ProducerIdSettings = ProducerIdSettings()
 

@@ -1,23 +1,8 @@
 """Quotas set through AlterClientQuotas, kept in a JSON file so they survive a restart.
 
-The proxy has two sources of quotas: the YAML file an operator edits, and the API
-(`kafka-configs.sh --alter`, AdminClient). The API layer records what the API set and what it
-removed; the effective quotas are the file's, overridden key by key by the API layer. A key
-removed through the API stays removed even if the file sets it (a tombstone), until the API
-sets it again.
-
-The file is replaced atomically (temp file in the same directory, fsync, rename, fsync of the
-directory), so a crash while saving leaves either the old state or the new one, never a mix.
-
-Format, version 1:
-
-    {"version": 1,
-     "entities": [{"entity": {"user": "alice", "client-id": "<default>"},
-                   "values": {"producer_byte_rate": 1048576.0},
-                   "removed": ["consumer_byte_rate"]}]}
-
-`<default>` is the default entity, as in the YAML file and quota.entities.DEFAULT; the API
-refuses an explicit name `<default>`, so it cannot be mistaken for one.
+The API layer records what the API set and what it removed (tombstones); the effective quotas
+are the file's, overridden key by key by it. The file is replaced atomically. How the two
+sources combine, and the format: docs/quotas.md.
 """
 
 from __future__ import annotations

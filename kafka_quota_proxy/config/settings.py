@@ -41,6 +41,8 @@ LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 @dataclass(frozen=True, slots=True)
 class HostPort:
+    """A host and port, printed with brackets around an IPv6 host."""
+
     host: str
     port: int
 

@@ -22,6 +22,8 @@ _INSTANCE = re.compile(r"[A-Za-z0-9._-]{1,100}\Z")
 
 @dataclass(frozen=True, slots=True)
 class UsageLogSettings:
+    """The `usage_log:` section: where and how often the usage log is written."""
+
     dir: str
     interval_seconds: int = 10
     instance: str | None = None

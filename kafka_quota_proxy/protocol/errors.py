@@ -10,24 +10,36 @@ class ProtocolError(Exception):
 
 
 class FrameTooLarge(ProtocolError):
+    """A frame longer than `max_frame_bytes`."""
+
     kind = "frame_too_large"
 
 
 class NegativeFrameLength(ProtocolError):
+    """A size prefix below zero."""
+
     kind = "negative_frame_length"
 
 
 class TruncatedMessage(ProtocolError):
+    """A header or body that ends before its fields do."""
+
     kind = "truncated"
 
 
 class UnknownApiKey(ProtocolError):
+    """An API key the codec does not know."""
+
     kind = "unknown_api_key"
 
 
 class UnsupportedApiVersion(ProtocolError):
+    """A version of a known API that the codec cannot read."""
+
     kind = "unsupported_api_version"
 
 
 class MalformedMessage(ProtocolError):
+    """Bytes that do not decode as the message they claim to be."""
+
     kind = "malformed"

@@ -15,6 +15,8 @@ REPLICA_STATE_TAG = 1  # v15+: the replica id moved into a tagged ReplicaState s
 
 @dataclass(slots=True)
 class FetchRequestInfo:
+    """What the proxy reads from a Fetch request without decoding it whole."""
+
     replica_id: int
     max_wait_ms: int
     max_bytes_at: int | None  # offset of max_bytes inside the frame (v3+), for capping in place

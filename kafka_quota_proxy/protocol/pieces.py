@@ -13,6 +13,8 @@ Buffer = bytes | memoryview
 
 @dataclass(frozen=True, slots=True)
 class Pieces:
+    """A body as a sequence of buffers, written with writelines rather than joined."""
+
     parts: tuple[Buffer, ...]
 
     def __len__(self) -> int:

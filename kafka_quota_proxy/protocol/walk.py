@@ -126,6 +126,8 @@ def _struct_skip(fields: tuple[Any, ...], version: int, flexible: bool) -> Skip:
 
 @dataclass(slots=True)
 class WalkResult:
+    """Where a message's top-level fields, its tagged fields and its end are."""
+
     offsets: dict[str, int]  # top-level in-line field name -> offset of its first byte
     tags_at: int  # offset of the top-level tagged-field section, or the end if not flexible
     end: int

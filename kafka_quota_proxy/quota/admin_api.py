@@ -1,31 +1,9 @@
 """DescribeClientQuotas (API 48) and AlterClientQuotas (API 49), answered from plain data.
 
-The proxy answers both APIs itself, so `kafka-configs.sh --alter|--describe --entity-type
-users|clients|ips` and AdminClient calls act on the quotas the proxy enforces. Both functions
-here are pure: they take the current quotas as a mapping, return what to answer on the wire
-and, for Alter, the new mapping and the changes that produced it. The caller decodes and
-encodes the messages, checks authorization, persists the changes and applies the new mapping.
-
-The rules are Kafka's (KIP-546): ClientQuotasImage.describe for Describe and
-ClientQuotaControlManager for Alter, with Kafka's error codes and messages. Deliberate
-differences, all on inputs Kafka accepts but the proxy cannot represent or enforce:
-
-- An ip entity must be an IP address literal (or the default). Kafka also accepts any host
-  name that resolves; resolving would be I/O in a pure module, and a name that resolves
-  differently later would silently enforce a different address. The name is kept as sent,
-  like Kafka's metadata image, so lookups should compare parsed addresses.
-- An explicit name equal to `<default>` is rejected. Kafka stores the default entity as a null
-  name and sanitizes explicit names before its quota managers see them, so a user literally
-  named `<default>` cannot collide with the default there. Here names are kept raw and
-  `<default>` *is* the default entity (quota.entities.DEFAULT), so such a name would silently
-  set the default for everyone.
-- A value that is NaN or infinite is rejected; Kafka accepts both for DOUBLE keys.
-- All occurrences of an entity named twice in one request fail and none is applied. Kafka
-  reports the error but has already recorded the first occurrence's changes.
-
-One extension: the key `producer_ids_rate` (KIP-936, never shipped by Kafka; a DOUBLE, new
-producer ids per second) is accepted on user entities alone, a name or the default, and
-refused with INVALID_REQUEST on any entity with a client-id or an ip.
+Pure: both functions take the current quotas as a mapping and return what to answer on the wire
+and, for Alter, the new mapping and the changes. The caller decodes and encodes the messages,
+checks authorization, persists and applies. The rules are Kafka's (KIP-546); the deliberate
+differences and the `producer_ids_rate` extension: docs/differences-from-kafka.md.
 """
 
 from __future__ import annotations

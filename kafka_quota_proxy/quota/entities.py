@@ -14,6 +14,8 @@ DEFAULT = "<default>"  # the default entity, as Kafka's quota managers spell it
 
 
 class QuotaKey(StrEnum):
+    """A quota config key, as kafka-configs and the YAML file spell it."""
+
     PRODUCER_BYTE_RATE = "producer_byte_rate"
     CONSUMER_BYTE_RATE = "consumer_byte_rate"
     REQUEST_PERCENTAGE = "request_percentage"

@@ -1,24 +1,8 @@
 """The seen-producer-id cache of KIP-936: per user, Bloom filters of producer ids rotated with time.
 
-KIP-936 (under discussion; not in Apache Kafka) throttles how fast a user (KafkaPrincipal) brings
-*new* producer ids, because each one costs the broker producer state until it expires. Telling new
-from seen needs a memory of the ids seen; an exact set per user grows without bound, so the KIP
-keeps Bloom filters per user and rotates them with time:
-
-- a user's first id opens a filter, and a filter takes additions for one window W;
-- the first addition after that opens the next filter, and lookups check both;
-- a filter is dropped once it is 1.5 W old, so a user has at most two live filters;
-- a user with no live filter leaves the cache.
-
-"Window" here is the quota window W, `producer.id.quota.window.size.seconds`: the filters'
-rotation period. The rate of new ids is measured like every other quota's, over
-N = `producer.id.quota.window.num` samples of W (quota/rate.py); that is the caller's business.
-
-A Bloom filter errs one way only: a new id may look seen (a false positive), a seen id never looks
-new. So the cache's errors let a new id through uncounted; they never charge a producer twice
-within a window.
-
-Time is passed in as `now_ms`; nothing here reads a clock.
+A filter takes new ids for one window W; the next addition opens a second; a filter is dropped
+at 1.5 W, so a user has at most two live ones and leaves the cache with none. Errors only let a
+new id through uncounted. Time is passed in as `now_ms`. The design: docs/producer-id-quotas.md.
 """
 
 from __future__ import annotations

@@ -1,33 +1,7 @@
 """The usage record: what the proxy logs per tenant and interval, and the pipeline reads.
 
-One JSON object per line, one line per active (user, client-id) per interval. Version 1:
-
-    {"v": 1,
-     "start_ms": 1795257600000,   # interval start, Unix epoch ms (UTC), a multiple of the interval
-     "interval_s": 10,            # interval length in seconds
-     "instance": "proxy-a",       # which proxy instance wrote it
-     "user": "alice",             # the principal as authenticated; "ANONYMOUS" without authentication
-     "client_id": "app",          # the client-id as sent ("" when none)
-     "produce_bytes": 1048576,    # Produce request bytes (Kafka's request size, as charged)
-     "fetch_bytes": 0,            # Fetch response bytes delivered, size prefix excluded (as
-                                  # Produce); a throttled empty response counts its own few bytes
-     "requests": {"produce": 1, "fetch": 0, "metadata": 0, "group": 0, "transaction": 0,
-                  "admin": 0, "other": 0},
-     "request_time_ms": 0.42,     # request time as the request quota charges it (see quota_stages)
-     "throttle_ms": {"produce": 0, "fetch": 0, "request": 0, "controller_mutation": 0,
-                     "producer_ids": 0},
-     "throttled": {"produce": 0, "fetch": 0, "request": 0, "controller_mutation": 0,
-                   "producer_ids": 0},
-     "new_producer_ids": 0,       # ids new for the user (counted while producer_ids_rate is set)
-     "partitions_mutated": 0,     # partitions created or deleted, as KIP-599 counts them
-     "connections": 0,            # connections opened by this tenant (counted at their first request)
-     "quotas": {"producer_byte_rate": 1048576.0, "consumer_byte_rate": null,
-                "request_percentage": null, "controller_mutation_rate": null,
-                "producer_ids_rate": null}}  # the quotas in force for the tenant; null = none
-
-Every key is always present. Throttle times are what the proxy applied (or, in observe mode,
-would have). Files: `<dir>/dt=YYYY-MM-DD/hour=HH/usage-<instance>.jsonl`, one per instance and
-UTC hour, gzipped to `.jsonl.gz` when the hour closes.
+One JSON object per line, one line per active (user, client-id) per interval, every key always
+present. The format (version 1), with an example and the file layout: docs/usage-log.md.
 """
 
 from __future__ import annotations
