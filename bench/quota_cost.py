@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import struct
 
-from bench.load import FETCH_VERSION, fetch_frame, produce_frame, record_batch
 from bench.producer_ids import best_ns
+from bench.wire import FETCH_VERSION, fetch_frame, produce_frame, record_batch
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
@@ -31,7 +31,7 @@ TENANTS = 100
 QUOTA = 1e12  # configured and measured, never reached: the cost of accounting, not of throttling
 CALLS = 20_000
 
-# The head of a Fetch v12 response (bench.load's version) as a broker starts it: throttle_time_ms,
+# The head of a Fetch v12 response (bench.wire's version) as a broker starts it: throttle_time_ms,
 # error_code, session_id, then the topics, a compact array (not read here). Its size stands for a
 # 1 MiB response.
 FETCH_HEAD = struct.pack(">ihi", 0, 0, 0) + b"\x01"

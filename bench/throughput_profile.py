@@ -22,17 +22,9 @@ from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.throughput import (
-    OURS,
-    OURS_QUOTAS,
-    WORKLOADS,
-    Sizes,
-    events,
-    generator,
-    load_args,
-    prepare_fetch_topics,
-    started,
-)
+from bench.throughput import WORKLOADS
+from bench.throughput_runs import events, generator, load_args, prepare_fetch_topics
+from bench.throughput_setup import OURS, OURS_QUOTAS, Sizes, started
 
 PROFILED = [w for w in WORKLOADS if w != "idle"]
 # Without --native, a sample inside uvloop's C code (socket reads and writes, epoll) ends at the

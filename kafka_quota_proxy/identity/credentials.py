@@ -1,6 +1,6 @@
 """The terminating proxy's user store: salted credentials per user, never a clear password.
 
-For each user the file holds what each enabled SASL mechanism needs to check a login:
+For each user the store holds what each enabled SASL mechanism needs to check a login:
 
 - SCRAM-SHA-256 and SCRAM-SHA-512: salt, iteration count, StoredKey and ServerKey (RFC 5802),
   made by scramp exactly as Kafka's `kafka-configs --add-config SCRAM-SHA-256=[...]` makes them.
@@ -12,51 +12,27 @@ For each user the file holds what each enabled SASL mechanism needs to check a l
   every PLAIN login (about 0.1 s of CPU), so callers run `verify_plain` off the event loop;
   hashlib releases the GIL while it hashes.
 
-File format, version 1 (YAML; a file whose name ends in .json is read and written as JSON):
-
-    version: 1
-    users:
-    - name: alice
-      credentials:
-        SCRAM-SHA-256: {salt: <base64>, iterations: 8192, stored_key: <base64>, server_key: <base64>}
-        SCRAM-SHA-512: {salt: <base64>, iterations: 8192, stored_key: <base64>, server_key: <base64>}
-        PLAIN: {algorithm: PBKDF2-HMAC-SHA512, salt: <base64>, iterations: 210000, hash: <base64>}
-
-Users are a list rather than a mapping because YAML silently keeps the last of two equal keys,
-and a duplicated user should be an error, not a coin toss. `load` validates everything, so a
-reload either gets a whole valid store or a ConfigError naming the file and the bad entry; the
-error never quotes a salt, key or hash.
-
 Passwords for SCRAM must be unchanged by SASLprep. scramp normalises passwords with SASLprep
 (RFC 4013); Kafka's clients and brokers hash the raw UTF-8 instead. The two agree only when
 SASLprep is a no-op, so any other password is refused rather than stored in a form some client
 could never log in with.
+
+The file the store is kept in, and its validation, are in `credentials_file`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
 import hmac
-import json
 import os
 import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import yaml
 from scramp import ScramException, ScramMechanism
 from scramp.utils import saslprep
-
-from kafka_quota_proxy.config.atomic_file import write_atomically
-from kafka_quota_proxy.config.errors import ConfigError
-
-CREDENTIALS_KEY = "credentials"
-FILE_VERSION = 1
 
 PLAIN = "PLAIN"
 SCRAM_SHA_256 = "SCRAM-SHA-256"
@@ -68,14 +44,14 @@ SCRAM_ITERATIONS = {SCRAM_SHA_256: 8192, SCRAM_SHA_512: 8192}
 SCRAM_MIN_ITERATIONS = 4096  # Kafka's ScramMechanism.minIterations
 SCRAM_MAX_ITERATIONS = 16384  # Kafka's ScramMechanism.maxIterations
 SCRAM_KEY_LENGTHS = {SCRAM_SHA_256: 32, SCRAM_SHA_512: 64}  # digest sizes
-_SCRAM_MIN_SALT = 12  # scramp refuses shorter salts at login, so refuse them at load
+SCRAM_MIN_SALT = 12  # scramp refuses shorter salts at login, so refuse them at load
 
 PLAIN_ALGORITHM = "PBKDF2-HMAC-SHA512"
 PLAIN_ITERATIONS = 210_000
 PLAIN_MIN_ITERATIONS = 100_000
 PLAIN_MAX_ITERATIONS = 10_000_000  # a hand-edited typo should not stall every PLAIN login
-_PLAIN_SALT_LENGTH = 16
-_PLAIN_HASH_LENGTH = 64
+PLAIN_SALT_LENGTH = 16
+PLAIN_HASH_LENGTH = 64
 
 
 class CredentialError(ValueError):
@@ -127,8 +103,8 @@ class UserCredentials:
 
 # Checked for users the store does not have, so that an unknown name costs as much as a wrong
 # password and response times do not tell which names exist. Random, so nothing matches it.
-_DUMMY_SALT = secrets.token_bytes(_PLAIN_SALT_LENGTH)
-_DUMMY_HASH = secrets.token_bytes(_PLAIN_HASH_LENGTH)
+_DUMMY_SALT = secrets.token_bytes(PLAIN_SALT_LENGTH)
+_DUMMY_HASH = secrets.token_bytes(PLAIN_HASH_LENGTH)
 
 
 class CredentialStore:
@@ -204,7 +180,7 @@ class CredentialStore:
         """
         chosen = normalise_mechanisms(mechanisms)
         scram = [m for m in chosen if m in SCRAM_MECHANISMS]
-        _check_user_name(user, uses_scram=bool(scram))
+        check_user_name(user, uses_scram=bool(scram))
         _check_password(password, uses_scram=bool(scram))
         scram_range = range(SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS + 1)
         if scram_iterations is not None and scram_iterations not in scram_range:
@@ -224,7 +200,7 @@ class CredentialStore:
             scram_credentials[mechanism] = ScramCredential(salt, stored_key, server_key, count)
         plain = None
         if PLAIN in chosen:
-            salt = secrets.token_bytes(_PLAIN_SALT_LENGTH)
+            salt = secrets.token_bytes(PLAIN_SALT_LENGTH)
             digest = hashlib.pbkdf2_hmac("sha512", password.encode("utf-8"), salt, plain_iterations)
             plain = PlainVerifier(salt, plain_iterations, digest)
         is_new = user not in self._users
@@ -237,7 +213,8 @@ class CredentialStore:
         del self._users[user]
         self._dummy_plain = None
 
-    # ---- files ----
+
+    # ---- the file (its format is in credentials_file) ----
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, missing_ok: bool = False) -> CredentialStore:
@@ -245,22 +222,9 @@ class CredentialStore:
 
         With `missing_ok`, a file that does not exist is an empty store (for `users add`).
         """
-        target = Path(path)
-        try:
-            text = target.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            if missing_ok:
-                return cls()
-            raise ConfigError(CREDENTIALS_KEY, "the credentials file does not exist", str(target)) from None
-        except (OSError, UnicodeDecodeError) as e:
-            reason = (e.strerror or str(e)) if isinstance(e, OSError) else "not UTF-8 text"
-            raise ConfigError(CREDENTIALS_KEY, f"cannot read the credentials file: {reason}",
-                              str(target)) from None
-        document = _parse(text, _is_json(target), str(target))
-        try:
-            return cls(_decode(document))
-        except _Invalid as e:
-            raise ConfigError(CREDENTIALS_KEY, str(e), str(target)) from None
+        from kafka_quota_proxy.identity.credentials_file import read_users
+
+        return cls(read_users(Path(path), missing_ok=missing_ok))
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the store to `path` atomically, readable by its owner only (mode 0600).
@@ -268,36 +232,9 @@ class CredentialStore:
         Temp file in the same directory, fsync, rename over the old file, fsync the directory:
         a proxy reloading the file sees the old store or the new one, never half of one.
         """
-        target = Path(path)
-        document = self._encode()
-        if _is_json(target):
-            text = json.dumps(document, indent=2) + "\n"
-        else:
-            text = ("# kafka-quota-proxy users: salted credentials only. "
-                    "Manage with `kafka-quota-proxy users`.\n"
-                    + yaml.safe_dump(document, sort_keys=False, allow_unicode=True, width=1000))
-        try:
-            write_atomically(target, text, mode=0o600)
-        except OSError as e:
-            raise ConfigError(CREDENTIALS_KEY, f"cannot write the credentials file: {e.strerror or e}",
-                              str(target)) from None
+        from kafka_quota_proxy.identity.credentials_file import write_users
 
-    def _encode(self) -> dict[str, Any]:
-        users = []
-        for name in sorted(self._users):
-            entry = self._users[name]
-            credentials: dict[str, Any] = {}
-            for mechanism in SCRAM_MECHANISMS:
-                scram = entry.scram.get(mechanism)
-                if scram is not None:
-                    credentials[mechanism] = {
-                        "salt": _b64(scram.salt), "iterations": scram.iterations,
-                        "stored_key": _b64(scram.stored_key), "server_key": _b64(scram.server_key)}
-            if entry.plain is not None:
-                credentials[PLAIN] = {"algorithm": PLAIN_ALGORITHM, "salt": _b64(entry.plain.salt),
-                                      "iterations": entry.plain.iterations, "hash": _b64(entry.plain.hash)}
-            users.append({"name": name, "credentials": credentials})
-        return {"version": FILE_VERSION, "users": users}
+        write_users(Path(path), self._users)
 
 
 def normalise_mechanisms(mechanisms: Iterable[str]) -> tuple[str, ...]:
@@ -316,8 +253,8 @@ def normalise_mechanisms(mechanisms: Iterable[str]) -> tuple[str, ...]:
     return tuple(m for m in MECHANISMS if m in wanted)
 
 
-def _check_user_name(user: object, *, uses_scram: bool) -> None:
-    """Raise CredentialError if `user` cannot be a user name; shared by `add` and `load`."""
+def check_user_name(user: object, *, uses_scram: bool) -> None:
+    """Raise CredentialError if `user` cannot be a user name; shared by `add` and the file reader."""
     if not isinstance(user, str) or not user:
         problem = "the user name must be a non-empty string"
     elif "\x00" in user:
@@ -365,139 +302,3 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
-
-
-def _is_json(path: Path) -> bool:
-    return path.suffix.lower() == ".json"
-
-
-# ---- decoding ----
-
-
-class _Invalid(Exception):
-    pass
-
-
-def _parse(text: str, as_json: bool, source: str) -> Any:
-    # Parser messages give only the problem and its position: YAML's own str() quotes the
-    # offending line, which in this file could be a stored key.
-    if as_json:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(CREDENTIALS_KEY, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
-                              source) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or "cannot be parsed"
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(CREDENTIALS_KEY, f"not valid YAML: {problem}{where}", source) from None
-
-
-def _decode(document: Any) -> dict[str, UserCredentials]:
-    if not isinstance(document, dict):
-        raise _Invalid("expected a mapping with 'version' and 'users' at the top")
-    unknown = set(document) - {"version", "users"}
-    if unknown:
-        raise _Invalid(f"unknown top-level keys {sorted(map(str, unknown))}")
-    if document.get("version") != FILE_VERSION:
-        raise _Invalid(f"unsupported version {document.get('version')!r}, expected {FILE_VERSION}")
-    entries = document.get("users")
-    if entries is None:
-        entries = []
-    if not isinstance(entries, list):
-        raise _Invalid("'users' must be a list")
-    users: dict[str, UserCredentials] = {}
-    for index, item in enumerate(entries):
-        where = f"users[{index}]"
-        if not isinstance(item, dict):
-            raise _Invalid(f"{where} must be a mapping with 'name' and 'credentials'")
-        name = item.get("name")
-        if isinstance(name, str) and name:
-            where = f"{where} ({name!r})"
-        unknown = set(item) - {"name", "credentials"}
-        if unknown:
-            raise _Invalid(f"{where}: unknown keys {sorted(map(str, unknown))}")
-        credentials = item.get("credentials")
-        if not isinstance(credentials, dict) or not credentials:
-            raise _Invalid(f"{where}: 'credentials' must map at least one SASL mechanism to its entry")
-        entry = _decode_user(credentials, where)
-        if not isinstance(name, str):
-            # YAML reads `name: 123` or `name: yes` as a number or a boolean.
-            raise _Invalid(f"{where}: 'name' must be a string (quote it)")
-        try:
-            _check_user_name(name, uses_scram=bool(entry.scram))
-        except CredentialError as e:
-            raise _Invalid(f"{where}: {e.message}") from None
-        if name in users:
-            raise _Invalid(f"{where}: user {name!r} appears twice")
-        users[name] = entry
-    return users
-
-
-def _decode_user(credentials: dict[Any, Any], where: str) -> UserCredentials:
-    scram: dict[str, ScramCredential] = {}
-    plain = None
-    for mechanism, raw in credentials.items():
-        at = f"{where}: {mechanism}"
-        if mechanism in SCRAM_MECHANISMS:
-            fields = _fields(raw, at, ("salt", "iterations", "stored_key", "server_key"))
-            key_length = SCRAM_KEY_LENGTHS[mechanism]
-            scram[mechanism] = ScramCredential(
-                salt=_binary(fields["salt"], f"{at}.salt", minimum=_SCRAM_MIN_SALT),
-                stored_key=_binary(fields["stored_key"], f"{at}.stored_key", exact=key_length),
-                server_key=_binary(fields["server_key"], f"{at}.server_key", exact=key_length),
-                iterations=_count(fields["iterations"], f"{at}.iterations",
-                                  SCRAM_MIN_ITERATIONS, SCRAM_MAX_ITERATIONS))
-        elif mechanism == PLAIN:
-            fields = _fields(raw, at, ("algorithm", "salt", "iterations", "hash"))
-            if fields["algorithm"] != PLAIN_ALGORITHM:
-                raise _Invalid(f"{at}.algorithm must be {PLAIN_ALGORITHM}")
-            plain = PlainVerifier(
-                salt=_binary(fields["salt"], f"{at}.salt", minimum=_PLAIN_SALT_LENGTH),
-                iterations=_count(fields["iterations"], f"{at}.iterations",
-                                  PLAIN_MIN_ITERATIONS, PLAIN_MAX_ITERATIONS),
-                hash=_binary(fields["hash"], f"{at}.hash", exact=_PLAIN_HASH_LENGTH))
-        else:
-            raise _Invalid(f"{where}: unknown SASL mechanism {str(mechanism)[:40]!r}; "
-                           f"supported: {', '.join(MECHANISMS)}")
-    return UserCredentials(scram, plain)
-
-
-def _fields(raw: Any, at: str, names: tuple[str, ...]) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise _Invalid(f"{at} must be a mapping with {', '.join(names)}")
-    missing = [n for n in names if n not in raw]
-    if missing:
-        raise _Invalid(f"{at} is missing {', '.join(missing)}")
-    unknown = set(raw) - set(names)
-    if unknown:
-        raise _Invalid(f"{at} has unknown keys {sorted(map(str, unknown))}")
-    return raw
-
-
-def _binary(value: Any, at: str, *, minimum: int = 1, exact: int | None = None) -> bytes:
-    # The messages describe the expected shape and never repeat the value: it is secret material.
-    if not isinstance(value, str):
-        raise _Invalid(f"{at} must be a base64 string")
-    try:
-        data = base64.b64decode(value, validate=True)
-    except (binascii.Error, ValueError):
-        raise _Invalid(f"{at} is not valid base64") from None
-    if exact is not None and len(data) != exact:
-        raise _Invalid(f"{at} must be {exact} bytes, got {len(data)}")
-    if len(data) < minimum:
-        raise _Invalid(f"{at} must be at least {minimum} bytes, got {len(data)}")
-    return data
-
-
-def _count(value: Any, at: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise _Invalid(f"{at} must be an integer from {low} to {high}")
-    return value

@@ -17,7 +17,8 @@ from kafka_quota_proxy.config.identity_settings import principal_for_address
 from kafka_quota_proxy.config.quota_settings import default_state_file, validate_quota_entries
 from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.identity.failures import FailureBackoff
-from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper, x500_name_from_der
+from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper
+from kafka_quota_proxy.identity.x500 import x500_name_from_der
 from kafka_quota_proxy.proxy.chain import build_pipeline
 from kafka_quota_proxy.proxy.cluster import Cluster
 from kafka_quota_proxy.proxy.context import ANONYMOUS

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from bench import throughput
-from bench.throughput import DIRECT, OURS, OURS_QUOTAS, SMOKE, TANSU, WORKLOADS
+from bench.throughput import WORKLOADS
+from bench.throughput_setup import DIRECT, OURS, OURS_QUOTAS, SMOKE, TANSU
 
 pytestmark = pytest.mark.integration
 

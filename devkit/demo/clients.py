@@ -1,0 +1,185 @@
+"""The demo's sample clients, each a thread with its own confluent-kafka client: a producer
+paced by a token bucket or producing flat out, and a consumer that reads every record back so
+that nothing acknowledged goes missing unseen."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from devkit.demo.counts import THROTTLE_WINDOW_SECONDS, ClientCounts, ProducerView, Throttle
+
+FREE, LIMITED = "demo-free", "demo-limited"  # the producers' client-ids
+STATS_SECONDS = 1.0  # librdkafka's statistics interval
+FLUSH_SECONDS = 20.0  # how long a producer may take to finish what it has in flight at the end
+
+
+def record_key(producer: int, seq: int) -> bytes:
+    """8 bytes: which producer (the top byte) and its sequence number, so the consumer can tell
+    every record apart."""
+    return ((producer << 56) | seq).to_bytes(8, "big")
+
+
+class SampleProducer(threading.Thread):
+    """Produces `rate` records a second of `size` bytes (a token bucket, so it never bursts more
+    than a tenth of a second's worth), or as fast as its client takes them if `rate` is None,
+    until stopped. Then it either flushes, or (`purge_at_end`) drops what is still queued in the
+    client, unsent, and waits only for the requests in flight.
+
+    `acked` holds the keys the broker acknowledged; records purged or failed are not in it."""
+
+    def __init__(self, config: dict[str, Any], client_id: str, index: int, topic: str,
+                 rate: int | None, size: int, quota: float | None, purge_at_end: bool) -> None:
+        from confluent_kafka import Producer
+
+        super().__init__(name=f"producer-{client_id}", daemon=True)
+        self.client_id = client_id
+        self.index = index
+        self.topic = topic
+        self.rate = rate
+        self.quota = quota
+        self.purge_at_end = purge_at_end
+        self.payload = (b"kafka-quota-proxy demo " * (size // 23 + 1))[:size]
+        self.halt = threading.Event()
+        self.acked: set[int] = set()
+        self.purged_in_flight: set[int] = set()  # sent, then given up on: on the broker or not
+        self.records = 0
+        self.bytes = 0
+        self.errors = 0
+        self.last_error = ""
+        self.purged = 0
+        self.unflushed = 0
+        # its last statistics intervals (of STATS_SECONDS)
+        self.throttles: deque[Throttle] = deque(maxlen=round(THROTTLE_WINDOW_SECONDS / STATS_SECONDS))
+        self.throttle_max_seen = 0.0
+        self.producer: Any = Producer({**config, "client.id": client_id, "stats_cb": self._stats})
+
+    @property
+    def key(self) -> str:
+        return f"producer.{self.index}"
+
+    @property
+    def throttle(self) -> Throttle:
+        """What librdkafka reported over its last statistics intervals (THROTTLE_WINDOW_SECONDS)."""
+        windows = list(self.throttles)
+        count = sum(w.count for w in windows)
+        return Throttle(max((w.max for w in windows), default=0.0),
+                        sum(w.avg * w.count for w in windows) / count if count else 0.0, count)
+
+    def view(self) -> ProducerView:
+        note = f"paced {self.rate:,}/s" if self.rate is not None else "flat out"
+        return ProducerView(self.client_id, self.key, self.quota,
+                            ClientCounts(self.records, self.bytes, self.errors),
+                            self.throttle, self.throttle_max_seen, note)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        from confluent_kafka import KafkaError
+
+        seq = int.from_bytes(msg.key(), "big")
+        if err is not None:
+            if err.code() == KafkaError._PURGE_QUEUE:
+                self.purged += 1
+            elif err.code() == KafkaError._PURGE_INFLIGHT:
+                self.purged_in_flight.add(seq)
+            else:
+                self.errors += 1
+                self.last_error = str(err)
+            return
+        self.acked.add(seq)
+        self.records += 1
+        self.bytes += len(msg) + len(msg.key())
+
+    def _stats(self, text: str) -> None:
+        """librdkafka's statistics (every statistics.interval.ms, from poll): the throttle time
+        the brokers (here, the proxy) reported in the last interval, per broker connection."""
+        try:
+            brokers = json.loads(text).get("brokers", {})
+        except ValueError:
+            return
+        top, total, count = 0.0, 0.0, 0
+        for broker in brokers.values():
+            window = broker.get("throttle") or {}
+            n = int(window.get("cnt", 0))
+            if n:
+                top = max(top, float(window.get("max", 0)))
+                total += float(window.get("avg", 0)) * n
+                count += n
+        self.throttles.append(Throttle(top, total / count if count else 0.0, count))
+        self.throttle_max_seen = max(self.throttle_max_seen, top)
+
+    def run(self) -> None:
+        p = self.producer
+        seq = 0
+        tokens = 0.0
+        last = time.monotonic()
+        while not self.halt.is_set():
+            if self.rate is None:
+                budget = 1000
+            else:
+                now = time.monotonic()
+                tokens = min(tokens + (now - last) * self.rate, self.rate / 10)
+                last = now
+                budget = int(tokens)
+            sent = 0
+            while sent < budget and not self.halt.is_set():
+                try:
+                    p.produce(self.topic, key=record_key(self.index, seq), value=self.payload,
+                              on_delivery=self._delivered)
+                except BufferError:  # the client's queue is full: let it drain
+                    p.poll(0.05)
+                    break
+                seq += 1
+                sent += 1
+            tokens -= sent
+            p.poll(0 if self.rate is None else 0.005)
+        if self.purge_at_end:  # the backlog a throttled client holds: drop it, unsent
+            p.purge(in_queue=True, in_flight=False, blocking=True)
+        self.unflushed = p.flush(FLUSH_SECONDS)
+        if self.unflushed:  # still waiting on the broker: give up on those too (counted apart)
+            p.purge(in_queue=True, in_flight=True, blocking=True)
+            self.unflushed = p.flush(5)
+
+
+class SampleConsumer(threading.Thread):
+    """Reads every partition of the topic from the beginning, by manual assignment: no consumer
+    group, so no wait for a group join."""
+
+    def __init__(self, consumer: Any, topic: str, partitions: int) -> None:
+        super().__init__(name="consumer", daemon=True)
+        self.consumer = consumer
+        self.topic = topic
+        self.partitions = partitions
+        self.halt = threading.Event()
+        self.seen: set[int] = set()
+        self.records = 0
+        self.bytes = 0
+        self.errors = 0
+        self.duplicates = 0
+        self.last_error = ""
+
+    def counts(self) -> ClientCounts:
+        return ClientCounts(len(self.seen), self.bytes, self.errors)
+
+    def run(self) -> None:
+        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+        c = self.consumer
+        c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+        while not self.halt.is_set():
+            for msg in c.consume(num_messages=1000, timeout=0.1):
+                err = msg.error()
+                if err is not None:
+                    self.errors += 1
+                    self.last_error = str(err)
+                    continue
+                key = msg.key()
+                seq = int.from_bytes(key, "big")
+                if seq in self.seen:
+                    self.duplicates += 1
+                else:
+                    self.seen.add(seq)
+                self.records += 1
+                self.bytes += len(msg) + len(key)
