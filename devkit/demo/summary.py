@@ -4,12 +4,36 @@ record came back to the consumer, and whether everything the demo started has st
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from devkit.demo.clients import SampleConsumer, SampleProducer
+from devkit.demo.counts import ProxyCounts
+from devkit.demo.inprocess import ProxyThread
 from devkit.demo.view import api_summary, mib_rate, quota_text
+from devkit.tansu import Broker
 
-if TYPE_CHECKING:
-    from devkit.demo.run import Demo
+
+class Demo(Protocol):
+    """What the summary reads of a finished demo run (run.Demo is the one implementation)."""
+
+    tansu: Broker | None
+    proxy: ProxyThread | None
+    producers: list[SampleProducer]
+    consumer: SampleConsumer | None
+    ran_for: float
+    history: list[tuple[float, list[int]]]
+    window_num: int
+    window_size_seconds: float
+    final_proxy: ProxyCounts
+    failed_reason: str
+
+    @property
+    def quota_window(self) -> float: ...
+
+    @property
+    def acked(self) -> set[int]: ...
+
+    def settled_rates(self, seconds: float) -> tuple[float, list[float]]: ...
 
 # How close to its quota the limited producer's rate over one whole quota window must be. Kafka
 # (and the proxy) hold a client to its quota over that window, not over every second of it.

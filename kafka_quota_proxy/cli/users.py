@@ -19,11 +19,11 @@ import getpass
 import sys
 from collections.abc import Sequence
 
+from kafka_quota_proxy.config.credentials_file import load_credentials, save_credentials
 from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.identity.credentials import (
     MECHANISMS,
     CredentialError,
-    CredentialStore,
     normalise_mechanisms,
 )
 
@@ -66,31 +66,31 @@ def _add(name: str, path: str, password_stdin: bool, mechanisms_text: str) -> in
         mechanisms = normalise_mechanisms(m for m in mechanisms_text.split(",") if m.strip())
     except CredentialError as e:
         raise ConfigError("--mechanisms", e.message) from None
-    store = CredentialStore.load(path, missing_ok=True)  # a bad file is refused, never overwritten
+    store = load_credentials(path, missing_ok=True)  # a bad file is refused, never overwritten
     password = _read_password_stdin() if password_stdin else _prompt_password(name)
     try:
         is_new = store.add(name, password, mechanisms)
     except CredentialError as e:
         raise ConfigError(e.key, e.message) from None
-    store.save(path)
+    save_credentials(store, path)
     verb = "Added" if is_new else "Updated"
     print(f"{verb} user {_show(name)} ({', '.join(mechanisms)}) in {path}")
     return 0
 
 
 def _remove(name: str, path: str) -> int:
-    store = CredentialStore.load(path)
+    store = load_credentials(path)
     try:
         store.remove(name)
     except KeyError:
         raise ConfigError("user", f"no user {_show(name)}", path) from None
-    store.save(path)
+    save_credentials(store, path)
     print(f"Removed user {_show(name)} from {path}")
     return 0
 
 
 def _list(path: str) -> int:
-    store = CredentialStore.load(path)
+    store = load_credentials(path)
     for name in store.users():
         print(f"{_show(name)}\t{','.join(store.mechanisms(name))}")
     return 0

@@ -17,19 +17,18 @@ Passwords for SCRAM must be unchanged by SASLprep. scramp normalises passwords w
 SASLprep is a no-op, so any other password is refused rather than stored in a form some client
 could never log in with.
 
-The file the store is kept in, and its validation, are in `credentials_file`.
+The file the store is kept in, and its validation, are in config/credentials_file.py.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from types import MappingProxyType
 
 from scramp import ScramException, ScramMechanism
 from scramp.utils import saslprep
@@ -108,7 +107,7 @@ _DUMMY_HASH = secrets.token_bytes(PLAIN_HASH_LENGTH)
 
 
 class CredentialStore:
-    """Users and their salted credentials, loaded from and saved to the credentials file."""
+    """Users and their salted credentials (config/credentials_file.py reads and writes the file)."""
 
     __slots__ = ("_users", "_dummy_plain")
 
@@ -121,6 +120,10 @@ class CredentialStore:
     def users(self) -> tuple[str, ...]:
         """User names, sorted."""
         return tuple(sorted(self._users))
+
+    def entries(self) -> Mapping[str, UserCredentials]:
+        """Every user's credentials, read-only (what the credentials file holds)."""
+        return MappingProxyType(self._users)
 
     def mechanisms(self, user: str) -> tuple[str, ...]:
         """The mechanisms `user` can log in with; empty for an unknown user."""
@@ -212,29 +215,6 @@ class CredentialStore:
         """Forget `user`; KeyError if there is no such user."""
         del self._users[user]
         self._dummy_plain = None
-
-
-    # ---- the file (its format is in credentials_file) ----
-
-    @classmethod
-    def load(cls, path: str | os.PathLike[str], *, missing_ok: bool = False) -> CredentialStore:
-        """Read and validate a credentials file; raise ConfigError naming the file and entry.
-
-        With `missing_ok`, a file that does not exist is an empty store (for `users add`).
-        """
-        from kafka_quota_proxy.identity.credentials_file import read_users
-
-        return cls(read_users(Path(path), missing_ok=missing_ok))
-
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the store to `path` atomically, readable by its owner only (mode 0600).
-
-        Temp file in the same directory, fsync, rename over the old file, fsync the directory:
-        a proxy reloading the file sees the old store or the new one, never half of one.
-        """
-        from kafka_quota_proxy.identity.credentials_file import write_users
-
-        write_users(Path(path), self._users)
 
 
 def normalise_mechanisms(mechanisms: Iterable[str]) -> tuple[str, ...]:

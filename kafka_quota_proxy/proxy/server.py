@@ -13,9 +13,9 @@ from typing import Any
 from prometheus_client import start_http_server
 
 from kafka_quota_proxy.config import ConfigError, HostPort, Settings
+from kafka_quota_proxy.config.credentials_file import load_credentials
 from kafka_quota_proxy.config.identity_settings import principal_for_address
 from kafka_quota_proxy.config.quota_settings import default_state_file, validate_quota_entries
-from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.identity.failures import FailureBackoff
 from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper
 from kafka_quota_proxy.identity.x500 import x500_name_from_der
@@ -131,7 +131,7 @@ class Proxy:
         """Users added or removed with `kafka-quota-proxy users` apply without a restart."""
         def reload() -> None:
             try:
-                fresh = CredentialStore.load(path)
+                fresh = load_credentials(path)
             except ConfigError as exc:
                 log.error("credentials reload refused, keeping the current users: %s", exc)
                 return
@@ -196,7 +196,7 @@ class Proxy:
             return SaslInspect(sasl, Principals(sasl))
         if sasl.mode == "terminate":
             assert sasl.credentials_file is not None
-            self.credentials = CredentialStore.load(sasl.credentials_file)
+            self.credentials = load_credentials(sasl.credentials_file)
             return SaslTerminate(sasl, self.credentials, Principals(sasl), FailureBackoff(),
                                  self.engine.clock,
                                  lambda mechanism: self.metrics.auth_failures.labels(mechanism).inc())

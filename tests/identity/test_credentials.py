@@ -17,6 +17,8 @@ import pytest
 import yaml
 from scramp import ScramMechanism
 
+from kafka_quota_proxy.config import atomic_file
+from kafka_quota_proxy.config.credentials_file import load_credentials, save_credentials
 from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.identity import credentials
 from kafka_quota_proxy.identity.credentials import (
@@ -53,7 +55,7 @@ def write_document(path: Path, document: Any) -> Path:
 @pytest.fixture(scope="module")
 def valid_document(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = tmp_path_factory.mktemp("creds") / "users.yaml"
-    store_with("alice").save(path)
+    save_credentials(store_with("alice"), path)
     return load_document(path)
 
 
@@ -248,8 +250,8 @@ def test_round_trip(tmp_path: Path, name: str) -> None:
     path = tmp_path / name
     store = store_with("alice", "bob")
     store.add("carol", PASSWORD, ["PLAIN"], plain_iterations=FAST)
-    store.save(path)
-    loaded = CredentialStore.load(path)
+    save_credentials(store, path)
+    loaded = load_credentials(path)
     assert loaded.users() == ("alice", "bob", "carol")
     assert loaded.mechanisms("carol") == ("PLAIN",)
     for user in ("alice", "bob"):
@@ -263,7 +265,7 @@ def test_round_trip(tmp_path: Path, name: str) -> None:
 
 def test_file_layout(tmp_path: Path) -> None:
     path = tmp_path / "users.yaml"
-    store_with("alice").save(path)
+    save_credentials(store_with("alice"), path)
     document = load_document(path)
     assert document["version"] == 1
     [entry] = document["users"]
@@ -281,7 +283,7 @@ def test_the_file_has_no_clear_password(tmp_path: Path) -> None:
     path = tmp_path / "users.yaml"
     store = CredentialStore()
     store.add("alice", PASSWORD, plain_iterations=FAST)
-    store.save(path)
+    save_credentials(store, path)
     raw = path.read_bytes()
     assert PASSWORD.encode() not in raw
     assert base64.b64encode(PASSWORD.encode()) not in raw
@@ -291,47 +293,47 @@ def test_the_file_is_private(tmp_path: Path) -> None:
     path = tmp_path / "users.yaml"
     path.write_text("version: 1\nusers: []\n")
     path.chmod(0o644)
-    store_with("alice").save(path)
+    save_credentials(store_with("alice"), path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     fresh = tmp_path / "new.yaml"
-    store_with("bob").save(fresh)
+    save_credentials(store_with("bob"), fresh)
     assert stat.S_IMODE(fresh.stat().st_mode) == 0o600
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
 
 def test_save_into_a_missing_directory_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        store_with("alice").save(tmp_path / "nope" / "users.yaml")
+        save_credentials(store_with("alice"), tmp_path / "nope" / "users.yaml")
     assert info.value.key == "credentials"
 
 
 def test_save_failure_keeps_the_old_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "users.yaml"
-    store_with("alice").save(path)
+    save_credentials(store_with("alice"), path)
     before = path.read_bytes()
 
     def fail(*args: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(credentials.os, "replace", fail)
+    monkeypatch.setattr(atomic_file.os, "replace", fail)
     with pytest.raises(ConfigError, match="No space left"):
-        store_with("bob").save(path)
+        save_credentials(store_with("bob"), path)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["users.yaml"]
 
 
 def test_an_empty_user_list_loads(tmp_path: Path) -> None:
     path = write_document(tmp_path / "users.yaml", {"version": 1, "users": []})
-    assert CredentialStore.load(path).users() == ()
+    assert load_credentials(path).users() == ()
     path.write_text("version: 1\n")
-    assert CredentialStore.load(path).users() == ()
+    assert load_credentials(path).users() == ()
 
 
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
-        CredentialStore.load(tmp_path / "absent.yaml")
+        load_credentials(tmp_path / "absent.yaml")
     assert info.value.key == "credentials" and info.value.source == str(tmp_path / "absent.yaml")
-    assert len(CredentialStore.load(tmp_path / "absent.yaml", missing_ok=True)) == 0
+    assert len(load_credentials(tmp_path / "absent.yaml", missing_ok=True)) == 0
 
 
 def _set(path: tuple[Any, ...], value: Any) -> Callable[[dict[str, Any]], None]:
@@ -385,7 +387,7 @@ def test_bad_entries_are_named(tmp_path: Path, valid_document: dict[str, Any],
     document = broken(valid_document, change)
     path = write_document(tmp_path / "users.yaml", document)
     with pytest.raises(ConfigError) as info:
-        CredentialStore.load(path)
+        load_credentials(path)
     assert info.value.key == "credentials"
     assert info.value.source == str(path)
     assert expected in info.value.message
@@ -398,12 +400,12 @@ def test_bad_entries_are_named(tmp_path: Path, valid_document: dict[str, Any],
 
 def test_a_bad_entry_names_the_user(tmp_path: Path) -> None:
     path = tmp_path / "users.yaml"
-    store_with("alice", "bob").save(path)
+    save_credentials(store_with("alice", "bob"), path)
     document = load_document(path)
     document["users"][1]["credentials"]["SCRAM-SHA-512"]["stored_key"] = "AAAA"
     write_document(path, document)
     with pytest.raises(ConfigError, match=r"users\[1\] \('bob'\): SCRAM-SHA-512.stored_key must be 64 bytes"):
-        CredentialStore.load(path)
+        load_credentials(path)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -416,7 +418,7 @@ def test_unparseable_files(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "users.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError, match=expected):
-        CredentialStore.load(path)
+        load_credentials(path)
 
 
 def test_yaml_errors_do_not_quote_the_file(tmp_path: Path) -> None:
@@ -424,7 +426,7 @@ def test_yaml_errors_do_not_quote_the_file(tmp_path: Path) -> None:
     path = tmp_path / "users.yaml"
     path.write_text(f"version: 1\nusers:\n- name: a\n  credentials: {{PLAIN: {{hash: {secret}: x}}}}\n")
     with pytest.raises(ConfigError) as info:
-        CredentialStore.load(path)
+        load_credentials(path)
     assert "not valid YAML" in info.value.message and "line 4" in info.value.message
     assert secret not in str(info.value)
 
@@ -433,19 +435,19 @@ def test_invalid_json_file(tmp_path: Path) -> None:
     path = tmp_path / "users.json"
     path.write_text('{"version": 1, "users": [}')
     with pytest.raises(ConfigError, match="not valid JSON"):
-        CredentialStore.load(path)
+        load_credentials(path)
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
     path = tmp_path / "users.yaml"
     path.write_bytes(b"version: 1\nusers: []\n\xff\xfe")
     with pytest.raises(ConfigError, match="not UTF-8"):
-        CredentialStore.load(path)
+        load_credentials(path)
     if os.geteuid() != 0:  # root reads anything
         path.write_text("version: 1\n")
         path.chmod(0)
         with pytest.raises(ConfigError, match="cannot read"):
-            CredentialStore.load(path)
+            load_credentials(path)
 
 
 # ---- the `kafka-quota-proxy users` command ----
@@ -481,7 +483,7 @@ def test_cli_add_list_remove(tmp_path: Path) -> None:
     assert listed.stdout == "alice\tSCRAM-SHA-256,SCRAM-SHA-512,PLAIN\nbob\tPLAIN\n"
     assert_no_leak(listed)
 
-    store = CredentialStore.load(path)
+    store = load_credentials(path)
     assert store.verify_plain("alice", CLI_PASSWORD) and store.verify_plain("bob", CLI_PASSWORD)
     assert stat.S_IMODE(Path(path).stat().st_mode) == 0o600
     assert CLI_PASSWORD not in Path(path).read_text()
@@ -498,7 +500,7 @@ def test_cli_add_again_changes_the_password(tmp_path: Path) -> None:
                         "--mechanisms", "SCRAM-SHA-512,PLAIN", stdin=CLI_PASSWORD + "\r\n")
     assert changed.returncode == 0
     assert changed.stdout == f"Updated user alice (SCRAM-SHA-512, PLAIN) in {path}\n"
-    store = CredentialStore.load(path)
+    store = load_credentials(path)
     assert store.verify_plain("alice", CLI_PASSWORD) and not store.verify_plain("alice", "old")
 
 
@@ -523,7 +525,7 @@ def test_cli_list_quotes_odd_names(tmp_path: Path) -> None:
 def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...], stdin: str,
                                             expected: str) -> None:
     path = tmp_path / "users.yaml"
-    store_with("existing").save(path)
+    save_credentials(store_with("existing"), path)
     before = path.read_bytes()
     result = users_cli(*args, "--file", str(path), stdin=stdin)
     assert result.returncode == 2

@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from devkit.processes import ProxyProcess
 from devkit.tansu import Broker
+from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.identity.credentials import CredentialStore
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,7 @@ def users_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store = CredentialStore()
     for user, password in PASSWORDS.items():
         store.add(user, password, ["PLAIN"])
-    store.save(path)
+    save_credentials(store, path)
     return path
 
 

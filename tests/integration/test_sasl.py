@@ -24,6 +24,7 @@ from kafka.protocol.sasl import SaslHandshakeRequest
 
 from devkit.processes import ProxyProcess
 from devkit.tansu import Broker
+from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.identity.credentials import CredentialStore
 
 pytestmark = pytest.mark.integration
@@ -39,7 +40,7 @@ def users_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     store.add("alice", PASSWORD)
     store.add("alice@EXAMPLE.COM", PASSWORD)
     store.add("proxy-svc", "svc-Secret-2")
-    store.save(path)
+    save_credentials(store, path)
     return path
 
 

@@ -11,6 +11,7 @@ import pytest
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from devkit.processes import free_port
+from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from tests.proxy.conftest import (
@@ -312,7 +313,7 @@ def test_requests_pipelined_behind_a_plain_authentication_wait_for_its_outcome(t
     users = tmp_path / "users.yaml"
     store = CredentialStore()
     store.add("alice", "alice-Secret-1", ["PLAIN"])
-    store.save(users)
+    save_credentials(store, users)
 
     def frame(msg: Any, correlation: int) -> bytes:
         msg.with_header(correlation_id=correlation, client_id="c")

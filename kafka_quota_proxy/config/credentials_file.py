@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from kafka_quota_proxy.identity.credentials import (
     SCRAM_MIN_ITERATIONS,
     SCRAM_MIN_SALT,
     CredentialError,
+    CredentialStore,
     PlainVerifier,
     ScramCredential,
     UserCredentials,
@@ -243,3 +245,20 @@ def _count(value: Any, at: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise _Invalid(f"{at} must be an integer from {low} to {high}")
     return value
+
+
+def load_credentials(path: str | os.PathLike[str], *, missing_ok: bool = False) -> CredentialStore:
+    """Read and validate a credentials file; raise ConfigError naming the file and entry.
+
+    With `missing_ok`, a file that does not exist is an empty store (for `users add`).
+    """
+    return CredentialStore(read_users(Path(path), missing_ok=missing_ok))
+
+
+def save_credentials(store: CredentialStore, path: str | os.PathLike[str]) -> None:
+    """Write the store to `path` atomically, readable by its owner only (mode 0600).
+
+    Temp file in the same directory, fsync, rename over the old file, fsync the directory:
+    a proxy reloading the file sees the old store or the new one, never half of one.
+    """
+    write_users(Path(path), store.entries())
