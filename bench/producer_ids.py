@@ -24,7 +24,7 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
-from kafka_quota_proxy.protocol.headers import parse_request_header
+from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.protocol.produce import producer_ids
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
@@ -54,8 +54,7 @@ def produce_frame(pid: int, partitions: int) -> memoryview:
     req = ProduceRequest(version=9, transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
         t(name="orders", topic_id=uuid.UUID(int=1), partition_data=[
             t.PartitionProduceData(index=p, records=_batch(pid)) for p in range(partitions)])])
-    req.with_header(correlation_id=1, client_id="bench")
-    return memoryview(req.encode(version=9, header=True, framed=True))
+    return memoryview(frame_request(req, 9, 1, "bench"))
 
 
 def best_ns(fn: Callable[[], Any], calls: int = CALLS) -> float:

@@ -17,7 +17,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecordsBuilder
 
-from kafka_quota_proxy.protocol.headers import response_body_offset
+from kafka_quota_proxy.protocol.headers import frame_request, response_body_offset
 
 PRODUCE_VERSION = 9  # the newest that still names topics (v13 uses topic ids); flexible
 FETCH_VERSION = 12  # likewise for Fetch
@@ -49,8 +49,7 @@ def produce_frame(topic: str, partition: int, batch: bytes, client_id: str, acks
     t = ProduceRequest.TopicProduceData
     req = ProduceRequest(transactional_id=None, acks=acks, timeout_ms=30_000, topic_data=[
         t(name=topic, partition_data=[t.PartitionProduceData(index=partition, records=batch)])])
-    req.with_header(correlation_id=0, client_id=client_id)
-    return bytes(req.encode(version=PRODUCE_VERSION, header=True, framed=True))
+    return frame_request(req, PRODUCE_VERSION, 0, client_id)
 
 
 def fetch_frame(topic: str, partition: int, offset: int, max_bytes: int, client_id: str) -> bytes:
@@ -62,14 +61,12 @@ def fetch_frame(topic: str, partition: int, offset: int, max_bytes: int, client_
     req = FetchRequest(replica_id=-1, max_wait_ms=FETCH_MAX_WAIT_MS, min_bytes=1, max_bytes=max_bytes,
                        isolation_level=0, session_id=0, session_epoch=-1, forgotten_topics_data=[],
                        rack_id="", topics=[t(topic=topic, partitions=[wanted])])
-    req.with_header(correlation_id=0, client_id=client_id)
-    return bytes(req.encode(version=FETCH_VERSION, header=True, framed=True))
+    return frame_request(req, FETCH_VERSION, 0, client_id)
 
 
 def api_versions_frame(client_id: str) -> bytes:
     req = ApiVersionsRequest(client_software_name="bench-load", client_software_version="1")
-    req.with_header(correlation_id=0, client_id=client_id)
-    return bytes(req.encode(version=API_VERSIONS_VERSION, header=True, framed=True))
+    return frame_request(req, API_VERSIONS_VERSION, 0, client_id)
 
 
 @dataclass(slots=True)
@@ -141,9 +138,8 @@ def leaders(bootstrap: str, topic: str, via_bootstrap: bool = False) -> dict[int
     (`via_bootstrap`: the bootstrap address itself, for a single broker behind a plain relay)."""
     req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
                           allow_auto_topic_creation=False, include_topic_authorized_operations=False)
-    req.with_header(correlation_id=1, client_id="bench-load")
     with socket.create_connection(host_port(bootstrap), timeout=10) as sock:
-        frame = round_trip(sock, req.encode(version=METADATA_VERSION, header=True, framed=True))
+        frame = round_trip(sock, frame_request(req, METADATA_VERSION, 1, "bench-load"))
     msg = MetadataResponse.decode(frame[response_body_offset(frame, 1):], version=METADATA_VERSION)
     brokers = {b.node_id: (b.host, b.port) for b in msg.brokers}
     for t in msg.topics:

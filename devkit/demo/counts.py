@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
-PREFIX = "kafka_quota_proxy_"
+from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
+
 RATE_WINDOW_SECONDS = 2.0
 # Throttles come one or a few at a time, each holding a client for a second or more: count them
 # over a longer window than the rates.
@@ -134,7 +135,7 @@ def read_proxy_counts(registry: CollectorRegistry) -> ProxyCounts:
 
     for family in registry.collect():
         for s in family.samples:
-            name = s.name.removeprefix(PREFIX)
+            name = s.name.removeprefix(METRIC_PREFIX)
             if name == "requests_total":
                 api(s.labels).requests = s.value
             elif name == "request_bytes_total":

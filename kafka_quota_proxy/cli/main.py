@@ -21,6 +21,7 @@ from typing import Any
 
 from kafka_quota_proxy.config import ConfigError, Settings, load_file, merge
 from kafka_quota_proxy.config.settings import parse_values
+from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 EXIT_CONFIG = 2
 
@@ -39,7 +40,8 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics", help="serve Prometheus metrics on HOST:PORT")
     p.add_argument("--config", help="YAML config file (flags override it)")
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
-    p.add_argument("--max-frame-bytes", type=int, help="largest request accepted (default 104857600)")
+    p.add_argument("--max-frame-bytes", type=int,
+                   help=f"largest request accepted (default {DEFAULT_MAX_FRAME_BYTES})")
     return p
 
 

@@ -34,8 +34,8 @@ from kafka_quota_proxy.config.quota_settings import (
     validate_quota_entries,
 )
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings, parse_usage_log
+from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
-DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 

@@ -9,16 +9,17 @@ from kafka.protocol.metadata.metadata import MetadataRequest
 from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, METADATA
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.errors import MalformedMessage
-from kafka_quota_proxy.protocol.headers import response_body_offset, response_correlation_id
+from kafka_quota_proxy.protocol.headers import (
+    PROXY_CLIENT_ID,
+    frame_request,
+    response_body_offset,
+    response_correlation_id,
+)
 from kafka_quota_proxy.protocol.messages import decode_response
-
-CLIENT_ID = "kafka-quota-proxy"
 
 
 def api_versions_request(correlation_id: int) -> bytes:
-    req = ApiVersionsRequest()
-    req.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
-    return bytes(req.encode(version=0, header=True, framed=True))
+    return frame_request(ApiVersionsRequest(), 0, correlation_id, PROXY_CLIENT_ID)
 
 
 def metadata_version(api_versions_frame: bytes, correlation_id: int) -> int:
@@ -39,8 +40,7 @@ def metadata_version(api_versions_frame: bytes, correlation_id: int) -> int:
 
 def metadata_request(correlation_id: int, version: int) -> bytes:
     req = MetadataRequest(topics=[], allow_auto_topic_creation=False)
-    req.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
-    return bytes(req.encode(version=version, header=True, framed=True))
+    return frame_request(req, version, correlation_id, PROXY_CLIENT_ID)
 
 
 def metadata_brokers(frame: bytes, correlation_id: int, version: int) -> list[tuple[int, str, int]]:

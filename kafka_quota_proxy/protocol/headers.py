@@ -9,6 +9,7 @@ All offsets below are into a whole frame, i.e. after the 4-byte size prefix.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
 from kafka_quota_proxy.protocol.apis import ApiSpec, spec_for
@@ -20,6 +21,7 @@ API_KEY_AT = 4
 API_VERSION_AT = 6
 CORRELATION_ID_AT = 8
 CLIENT_ID_AT = 12
+PROXY_CLIENT_ID = "kafka-quota-proxy"  # the client-id of the proxy's own requests to brokers
 RESPONSE_CORRELATION_ID_AT = 4
 
 
@@ -89,7 +91,18 @@ def response_prefix(frame: bytes | memoryview, body_at: int, body_size: int) -> 
     return INT32.pack(body_at - 4 + body_size) + bytes(frame[4:body_at])
 
 
+def size_prefixed(payload: bytes) -> bytes:
+    """A frame: the payload behind its int32 size (a bare SASL v0 token is framed so too)."""
+    return INT32.pack(len(payload)) + payload
+
+
+def frame_request(request: Any, version: int, correlation_id: int, client_id: str | None) -> bytes:
+    """A whole request frame: a kafka-python request message encoded with its request header."""
+    request.with_header(correlation_id=correlation_id, client_id=client_id)
+    return bytes(request.encode(version=version, header=True, framed=True))
+
+
 def frame_response(correlation_id: int, header_version: int, body: bytes) -> bytes:
     """A whole response frame around an encoded body (header tagged fields left empty)."""
     header = INT32.pack(correlation_id) + (encode_uvarint(0) if header_version >= 1 else b"")
-    return INT32.pack(len(header) + len(body)) + header + body
+    return size_prefixed(header + body)

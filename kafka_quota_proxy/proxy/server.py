@@ -29,13 +29,13 @@ from kafka_quota_proxy.proxy.datapath.splice import PipePool
 from kafka_quota_proxy.proxy.datapath.splice import supported as splice_supported
 from kafka_quota_proxy.proxy.file_watch import watch_files
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
+from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
 from kafka_quota_proxy.proxy.observability.usage_log import (
     UsageCollector,
     UsageMeter,
     UsageWriter,
     default_instance,
 )
-from kafka_quota_proxy.proxy.quotas.collectors import QuotaCollector
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.reload import watch_config

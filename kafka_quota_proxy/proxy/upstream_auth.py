@@ -22,8 +22,7 @@ from kafka_quota_proxy.config.identity_settings import UpstreamSaslSettings
 from kafka_quota_proxy.identity.sasl_client import SaslClient, SaslClientError
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameDecoder
-
-CLIENT_ID = "kafka-quota-proxy"
+from kafka_quota_proxy.protocol.headers import PROXY_CLIENT_ID, frame_request
 
 
 class UpstreamAuthError(ProtocolError):
@@ -32,8 +31,7 @@ class UpstreamAuthError(ProtocolError):
 
 async def _call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: Any, version: int,
                 response_cls: Any, correlation_id: int) -> Any:
-    request.with_header(correlation_id=correlation_id, client_id=CLIENT_ID)
-    writer.write(request.encode(version=version, header=True, framed=True))
+    writer.write(frame_request(request, version, correlation_id, PROXY_CLIENT_ID))
     try:
         frame = await read_frame(reader)
     except ConnectionError:

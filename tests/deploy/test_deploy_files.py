@@ -26,7 +26,7 @@ from prometheus_client import CollectorRegistry
 from kafka_quota_proxy.config.quota_settings import QuotaSettings, default_state_file, validate_quota_entries
 from kafka_quota_proxy.config.settings import HostPort, Settings, load_file, merge
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
-from kafka_quota_proxy.proxy.quotas.collectors import QuotaCollector
+from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import CLIENT_KEYS, DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
@@ -407,7 +407,7 @@ def test_grafana_dashboard_provider_loads_the_dashboard_folder() -> None:
 # Grafana dashboard against the proxy's metrics
 
 METRIC_SOURCES = (REPO / "kafka_quota_proxy/proxy/observability/metrics.py",
-                  REPO / "kafka_quota_proxy/proxy/quotas/collectors.py")
+                  REPO / "kafka_quota_proxy/proxy/observability/quota_metrics.py")
 QUOTA_STAGES = (REPO / "kafka_quota_proxy/proxy/stages/quota_charge.py",
                 REPO / "kafka_quota_proxy/proxy/stages/quota_settle.py")
 METRIC_PREFIX = "kafka_quota_proxy_"

@@ -9,8 +9,7 @@ from collections import deque
 from time import perf_counter
 
 from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE
-from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response
-from kafka_quota_proxy.protocol.primitives import INT32
+from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, size_prefixed
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
@@ -106,7 +105,7 @@ class LocalAnswers:
             assert state is not None
             if state.server is None:
                 state.legacy = False
-            self._reply(ctx, INT32.pack(len(token)) + token)
+            self._reply(ctx, size_prefixed(token))
             return
         sasl.legacy_token(self.info, bytes(frame[4:]))
         pending = Pending(ctx)

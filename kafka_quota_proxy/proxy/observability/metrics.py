@@ -15,6 +15,8 @@ from prometheus_client.utils import floatToGoString
 
 from kafka_quota_proxy.protocol.apis import api_name
 
+# Every metric's name starts with this: the one place it is spelled.
+METRIC_PREFIX = "kafka_quota_proxy_"
 # Latency buckets in seconds: a proxy hop is sub-millisecond, a long-poll Fetch up to ~30 s.
 LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                    1.0, 2.5, 5.0, 10.0, 30.0)
@@ -47,7 +49,7 @@ class ApiCollector(Collector):
         self.apis = apis
 
     def collect(self) -> Iterator[Any]:
-        p = "kafka_quota_proxy_"
+        p = METRIC_PREFIX
         requests = CounterMetricFamily(p + "requests", "Requests received from clients", labels=["api"])
         request_bytes = CounterMetricFamily(p + "request_bytes", "Request bytes received from clients, "
                                             "size prefix included", labels=["api"])
@@ -73,7 +75,7 @@ class ProxyMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
-        p = "kafka_quota_proxy_"
+        p = METRIC_PREFIX
         self.connections_open = Gauge(p + "connections_open", "Client connections open", registry=r)
         self.connections_accepted = Counter(p + "connections_accepted", "Client connections accepted",
                                             registry=r)

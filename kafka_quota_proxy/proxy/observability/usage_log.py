@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings
 from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCH, PRODUCE
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
+from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.quota import usage
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
@@ -332,6 +333,6 @@ class UsageCollector(Collector):
                 ("usage_requests_unmetered", "Requests of tenants beyond usage_log.max_tenants in "
                                              "their interval", m.unmetered),
                 ("usage_write_errors", "Intervals or hour files the usage log could not write", w.errors)):
-            family = CounterMetricFamily("kafka_quota_proxy_" + name, text)
+            family = CounterMetricFamily(METRIC_PREFIX + name, text)
             family.add_metric([], value)
             yield family
