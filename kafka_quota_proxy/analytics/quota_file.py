@@ -8,12 +8,10 @@ the analysis accepts is one the proxy (and AlterClientQuotas) would accept too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.loading import load_document
 from kafka_quota_proxy.config.quota_settings import (
     parse_quota_list,
     parse_quota_section,
@@ -36,16 +34,7 @@ class QuotaFile:
 
 def load_quota_file(path: str) -> QuotaFile:
     """Read and validate `path`; a ConfigError names the file and what is wrong with it."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("file", f"cannot read: {exc.strerror or exc}", path) from None
-    try:
-        raw: Any = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise ConfigError("file", f"not valid YAML{where}", path) from None
+    raw: Any = load_document(path, "file")
     if not isinstance(raw, dict) or "quotas" not in raw:
         raise ConfigError("quotas", "missing: expected a `quotas:` list as in the proxy's config file",
                           path)

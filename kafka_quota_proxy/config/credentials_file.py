@@ -30,6 +30,7 @@ import yaml
 
 from kafka_quota_proxy.config.atomic_file import write_atomically
 from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.loading import MISSING, load_document
 from kafka_quota_proxy.identity.credentials import (
     MECHANISMS,
     PLAIN,
@@ -60,17 +61,12 @@ def read_users(target: Path, *, missing_ok: bool = False) -> dict[str, UserCrede
 
     With `missing_ok`, a file that does not exist holds no users.
     """
-    try:
-        text = target.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    document = load_document(target, CREDENTIALS_KEY, what="credentials file", as_json=_is_json(target),
+                             missing_ok=True)
+    if document is MISSING:
         if missing_ok:
             return {}
-        raise ConfigError(CREDENTIALS_KEY, "the credentials file does not exist", str(target)) from None
-    except (OSError, UnicodeDecodeError) as e:
-        reason = (e.strerror or str(e)) if isinstance(e, OSError) else "not UTF-8 text"
-        raise ConfigError(CREDENTIALS_KEY, f"cannot read the credentials file: {reason}",
-                          str(target)) from None
-    document = _parse(text, _is_json(target), str(target))
+        raise ConfigError(CREDENTIALS_KEY, "the credentials file does not exist", str(target))
     try:
         return _decode(document)
     except _Invalid as e:
@@ -124,24 +120,6 @@ def _is_json(path: Path) -> bool:
 
 class _Invalid(Exception):
     pass
-
-
-def _parse(text: str, as_json: bool, source: str) -> Any:
-    # Parser messages give only the problem and its position: YAML's own str() quotes the
-    # offending line, which in this file could be a stored key.
-    if as_json:
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as e:
-            raise ConfigError(CREDENTIALS_KEY, f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}",
-                              source) from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        problem = getattr(e, "problem", None) or "cannot be parsed"
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError(CREDENTIALS_KEY, f"not valid YAML: {problem}{where}", source) from None
 
 
 def _decode(document: Any) -> dict[str, UserCredentials]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.validators import file_path, mapping
 
 SASL_MODES = ("none", "passthrough", "terminate")
 CLIENT_AUTH = ("none", "requested", "required")
@@ -57,40 +58,26 @@ class UpstreamSaslSettings:
     password: str = field(repr=False)  # never printed
 
 
-def _mapping(key: str, raw: Any) -> dict[str, Any]:
-    if not isinstance(raw, dict):
-        raise ConfigError(key, "expected a mapping")
-    return raw
-
-
 def _check_keys(key: str, raw: dict[str, Any], known: tuple[str, ...]) -> None:
     for k in raw:
         if k not in known:
             raise ConfigError(f"{key}.{k}", f"unknown key (known: {', '.join(known)})")
 
 
-def _file(key: str, value: Any, required: bool = False) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value:
-        raise ConfigError(key, "expected a file path")
-    return value
-
-
 def parse_tls(raw: Any) -> TlsSettings | None:
     if raw is None:
         return None
-    raw = _mapping("tls", raw)
+    raw = mapping("tls", raw)
     _check_keys("tls", raw, ("cert_file", "key_file", "ca_file", "client_auth"))
     client_auth = raw.get("client_auth", "none")
     if client_auth not in CLIENT_AUTH:
         raise ConfigError("tls.client_auth", f"expected one of {', '.join(CLIENT_AUTH)}, got {client_auth!r}")
-    ca = _file("tls.ca_file", raw.get("ca_file"))
+    ca = file_path("tls.ca_file", raw.get("ca_file"))
     if client_auth != "none" and ca is None:
         raise ConfigError("tls.ca_file", "required to verify client certificates (client_auth is "
                           f"{client_auth})")
-    return TlsSettings(_file("tls.cert_file", raw.get("cert_file"), True) or "",
-                       _file("tls.key_file", raw.get("key_file"), True) or "", ca, client_auth)
+    return TlsSettings(file_path("tls.cert_file", raw.get("cert_file"), True) or "",
+                       file_path("tls.key_file", raw.get("key_file"), True) or "", ca, client_auth)
 
 
 def parse_upstream_tls(raw: Any) -> UpstreamTlsSettings | None:
@@ -98,22 +85,22 @@ def parse_upstream_tls(raw: Any) -> UpstreamTlsSettings | None:
         return None
     if raw is True:
         return UpstreamTlsSettings()
-    raw = _mapping("upstream_tls", raw)
+    raw = mapping("upstream_tls", raw)
     _check_keys("upstream_tls", raw, ("ca_file", "cert_file", "key_file", "check_hostname"))
     check = raw.get("check_hostname", True)
     if not isinstance(check, bool):
         raise ConfigError("upstream_tls.check_hostname", "expected true or false")
-    cert, key = _file("upstream_tls.cert_file", raw.get("cert_file")), _file("upstream_tls.key_file",
+    cert, key = file_path("upstream_tls.cert_file", raw.get("cert_file")), file_path("upstream_tls.key_file",
                                                                              raw.get("key_file"))
     if (cert is None) != (key is None):
         raise ConfigError("upstream_tls.key_file", "cert_file and key_file go together")
-    return UpstreamTlsSettings(_file("upstream_tls.ca_file", raw.get("ca_file")), cert, key, check)
+    return UpstreamTlsSettings(file_path("upstream_tls.ca_file", raw.get("ca_file")), cert, key, check)
 
 
 def parse_sasl(raw: Any) -> SaslSettings:
     if raw is None:
         return SaslSettings()
-    raw = _mapping("sasl", raw)
+    raw = mapping("sasl", raw)
     _check_keys("sasl", raw, ("mode", "mechanisms", "credentials_file", "oauthbearer_claim",
                               "kerberos_rules"))
     mode = raw.get("mode", "none")
@@ -125,7 +112,7 @@ def parse_sasl(raw: Any) -> SaslSettings:
     if mode == "terminate" and "OAUTHBEARER" in mechanisms:
         raise ConfigError("sasl.mechanisms", "terminate mode supports PLAIN and SCRAM-SHA-256/512; "
                           "OAUTHBEARER is passthrough only")
-    credentials = _file("sasl.credentials_file", raw.get("credentials_file"))
+    credentials = file_path("sasl.credentials_file", raw.get("credentials_file"))
     if mode == "terminate" and credentials is None:
         raise ConfigError("sasl.credentials_file", "required in terminate mode "
                           "(create it with: kafka-quota-proxy users add NAME --file FILE)")
@@ -149,7 +136,7 @@ def parse_sasl(raw: Any) -> SaslSettings:
 def parse_upstream_sasl(raw: Any) -> UpstreamSaslSettings | None:
     if raw is None:
         return None
-    raw = _mapping("upstream_sasl", raw)
+    raw = mapping("upstream_sasl", raw)
     _check_keys("upstream_sasl", raw, ("mechanism", "username", "password", "password_file"))
     mechanism = raw.get("mechanism")
     if mechanism not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
@@ -160,7 +147,7 @@ def parse_upstream_sasl(raw: Any) -> UpstreamSaslSettings | None:
     if ("password" in raw) == ("password_file" in raw):
         raise ConfigError("upstream_sasl.password", "set exactly one of password and password_file")
     if "password_file" in raw:
-        path = _file("upstream_sasl.password_file", raw["password_file"], True) or ""
+        path = file_path("upstream_sasl.password_file", raw["password_file"], True) or ""
         try:
             with open(path, encoding="utf-8") as f:
                 password = f.read().rstrip("\r\n")
@@ -177,7 +164,7 @@ def parse_cidr_principals(raw: Any) -> tuple[tuple[Any, str], ...]:
     """Most specific network first, so the longest prefix wins."""
     if raw is None:
         return ()
-    raw = _mapping("principals_by_cidr", raw)
+    raw = mapping("principals_by_cidr", raw)
     out = []
     for cidr, principal in raw.items():
         try:

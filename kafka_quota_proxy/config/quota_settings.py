@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.validators import names, whole_number
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 
 SCOPES = ("broker", "proxy")
@@ -64,9 +65,9 @@ def parse_producer_ids(raw: Any) -> ProducerIdSettings:
             values[key] = value
         elif key in ("window_num", "window_size_seconds", "cleanup_interval_ms", "expected_ids_per_window",
                      "max_bits_per_user"):
-            values[key] = _int(full, value)
+            values[key] = whole_number(full, value)
         elif key == "max_users":
-            values[key] = _int(full, value, minimum=0)
+            values[key] = whole_number(full, value, minimum=0)
         elif key == "false_positive_rate":
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
                 raise ConfigError(full, f"expected a number between 0 and 1 (exclusive), got {value!r}")
@@ -100,18 +101,6 @@ class QuotaSettings:
         return self.window_size_seconds * 1000
 
 
-def _int(key: str, value: Any, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(key, f"expected a whole number >= {minimum}, got {value!r}")
-    return value
-
-
-def _names(key: str, value: Any) -> frozenset[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ConfigError(key, "expected a list of names")
-    return frozenset(value)
-
-
 def parse_quota_section(raw: Any) -> QuotaSettings:
     if raw is None:
         return QuotaSettings()
@@ -129,13 +118,13 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
                 raise ConfigError(full, f"expected one of {', '.join(MODES)}, got {value!r}")
             values["mode"] = value
         elif key in ("window_num", "window_size_seconds", "max_tracked_entities"):
-            values[key] = _int(full, value)
+            values[key] = whole_number(full, value)
         elif key == "max_connections_per_ip":
-            values[key] = None if value is None else _int(full, value, minimum=0)
+            values[key] = None if value is None else whole_number(full, value, minimum=0)
         elif key in ("exempt_principals", "exempt_client_ids"):
-            values[key] = _names(full, value)
+            values[key] = names(full, value)
         elif key == "alter_principals":
-            values[key] = None if value is None else _names(full, value)
+            values[key] = None if value is None else names(full, value)
         elif key == "producer_ids":
             values[key] = parse_producer_ids(value)
         elif key == "state_file":

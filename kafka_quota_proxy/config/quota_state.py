@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka_quota_proxy.config.atomic_file import write_atomically
 from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.loading import MISSING, load_document
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 
 STATE_KEY = "quota_state"
@@ -121,17 +122,9 @@ def load_state(path: str | os.PathLike[str]) -> ApiQuotaLayer:
     A file that cannot be read or is not a valid state raises ConfigError naming the file.
     """
     target = Path(path)
-    try:
-        text = target.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    document = load_document(target, STATE_KEY, what="quota state", as_json=True, missing_ok=True)
+    if document is MISSING:
         return ApiQuotaLayer()
-    except (OSError, UnicodeDecodeError) as e:
-        reason = _reason(e) if isinstance(e, OSError) else "not UTF-8 text"
-        raise ConfigError(STATE_KEY, f"cannot read the quota state: {reason}", str(target)) from e
-    try:
-        document = json.loads(text, parse_constant=_reject_constant)
-    except ValueError as e:
-        raise ConfigError(STATE_KEY, f"the quota state is not valid JSON: {e}", str(target)) from e
     try:
         return _decode(document)
     except _Invalid as e:
@@ -140,10 +133,6 @@ def load_state(path: str | os.PathLike[str]) -> ApiQuotaLayer:
 
 class _Invalid(Exception):
     pass
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a quota value")
 
 
 def _decode(document: Any) -> ApiQuotaLayer:

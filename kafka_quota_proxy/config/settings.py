@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.config.identity_settings import (
     SaslSettings,
@@ -26,6 +24,7 @@ from kafka_quota_proxy.config.identity_settings import (
     parse_upstream_sasl,
     parse_upstream_tls,
 )
+from kafka_quota_proxy.config.loading import load_document
 from kafka_quota_proxy.config.quota_settings import (
     QuotaEntry,
     QuotaSettings,
@@ -34,6 +33,7 @@ from kafka_quota_proxy.config.quota_settings import (
     validate_quota_entries,
 )
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings, parse_usage_log
+from kafka_quota_proxy.config.validators import boolean, one_of, whole_number
 from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -132,12 +132,6 @@ def _upstream(key: str, value: Any) -> tuple[HostPort, ...]:
     return tuple(parse_host_port(key, item) for item in items)
 
 
-def _positive_int(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ConfigError(key, f"expected a positive whole number, got {value!r}")
-    return value
-
-
 def _positive_float(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
         raise ConfigError(key, f"expected a positive number of seconds, got {value!r}")
@@ -151,10 +145,8 @@ def _host(key: str, value: Any) -> str:
 
 
 def _log_level(key: str, value: Any) -> str:
-    level = str(value).upper()
-    if level not in LOG_LEVELS:
-        raise ConfigError(key, f"expected one of {', '.join(LOG_LEVELS)}, got {value!r}")
-    return level
+    one_of(key, str(value).upper(), LOG_LEVELS)
+    return str(value).upper()
 
 
 def _node_ports(key: str, value: Any) -> dict[int, int]:
@@ -168,10 +160,6 @@ def _node_ports(key: str, value: Any) -> dict[int, int]:
     return out
 
 
-def _bool(key: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(key, f"expected true or false, got {value!r}")
-    return value
 
 
 def _metrics(key: str, value: Any) -> HostPort | None:
@@ -187,12 +175,12 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "node_ports": ("node_ports", _node_ports),
     "metrics": ("metrics", _metrics),
     "log_level": ("log_level", _log_level),
-    "max_frame_bytes": ("max_frame_bytes", _positive_int),
+    "max_frame_bytes": ("max_frame_bytes", whole_number),
     "metadata_refresh_seconds": ("metadata_refresh_seconds", _positive_float),
     "connect_timeout_seconds": ("connect_timeout_seconds", _positive_float),
     "shutdown_timeout_seconds": ("shutdown_timeout_seconds", _positive_float),
-    "max_inflight_requests": ("max_inflight_requests", _positive_int),
-    "splice": ("splice", _bool),
+    "max_inflight_requests": ("max_inflight_requests", whole_number),
+    "splice": ("splice", boolean),
     "quota": ("quota", lambda k, v: parse_quota_section(v)),
     "quotas": ("quotas", lambda k, v: tuple(parse_quota_list(v))),
     "tls": ("tls", lambda k, v: parse_tls(v)),
@@ -201,7 +189,7 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "upstream_sasl": ("upstream_sasl", lambda k, v: parse_upstream_sasl(v)),
     "ssl_principal_mapping_rules": ("ssl_principal_mapping_rules", lambda k, v: parse_ssl_rules(v)),
     "principals_by_cidr": ("principals_by_cidr", lambda k, v: parse_cidr_principals(v)),
-    "proxy_protocol": ("proxy_protocol", _bool),
+    "proxy_protocol": ("proxy_protocol", boolean),
     "proxy_protocol_timeout_seconds": ("proxy_protocol_timeout_seconds", _positive_float),
     "usage_log": ("usage_log", lambda k, v: parse_usage_log(v)),
 }
@@ -225,16 +213,7 @@ def parse_values(raw: Mapping[str, Any], source: str | None = None) -> dict[str,
 def load_file(path: str | Path) -> dict[str, Any]:
     """Read and validate a YAML config file; return Settings field values."""
     source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read file: {exc.strerror}", source) from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ConfigError("config", f"not valid YAML{where}", source) from None
+    raw = load_document(path, "config")
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.validators import whole_number
 
 _INSTANCE = re.compile(r"[A-Za-z0-9._-]{1,100}\Z")
 
@@ -44,8 +45,7 @@ def parse_usage_log(raw: Any) -> UsageLogSettings | None:
                 raise ConfigError(full, "expected a directory path")
             values[key] = value
         elif key in ("interval_seconds", "max_tenants", "queue_intervals"):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(full, f"expected a whole number >= 1, got {value!r}")
+            whole_number(full, value)
             if key == "interval_seconds" and 3600 % value:
                 raise ConfigError(full, f"must divide an hour evenly (1, 2, 5, 10, 30, 60, ...), got {value}")
             values[key] = value

@@ -162,7 +162,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("upstream: b:9092\nlisten: 0.0.0.0:9092\nlisten_port: 1\n", "listen_port: unknown key"),
-    ("upstream: b:9092\nmax_frame_bytes: -3\n", "max_frame_bytes: expected a positive whole number"),
+    ("upstream: b:9092\nmax_frame_bytes: -3\n", "max_frame_bytes: expected a whole number >= 1, got -3"),
     ("upstream: [b:9092, 'nope']\n", "upstream: expected HOST:PORT, got 'nope'"),
     ("listen: 0.0.0.0:9092\n", "upstream: required"),
     ("upstream: b:9092\nnode_ports: {1: 70000}\n", "node_ports.1: port must be in 1..65535"),
