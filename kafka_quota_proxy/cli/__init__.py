@@ -1,0 +1,1 @@
+"""The command line: the proxy itself, check-config, users, and the usage pipeline's commands."""

@@ -1,23 +1,7 @@
 """The terminating proxy's user store: salted credentials per user, never a clear password.
 
-For each user the store holds what each enabled SASL mechanism needs to check a login:
-
-- SCRAM-SHA-256 and SCRAM-SHA-512: salt, iteration count, StoredKey and ServerKey (RFC 5802),
-  made by scramp exactly as Kafka's `kafka-configs --add-config SCRAM-SHA-256=[...]` makes them.
-  The server never derives anything from a password at login; the client does the hashing.
-  Both default to 8192 iterations: twice Kafka's default of 4096, inside the range Kafka accepts
-  (4096..16384), and a few milliseconds for a client. The file may hold any count in that range.
-- PLAIN: a PBKDF2-HMAC-SHA512 verifier with a per-user random salt and 210,000 iterations
-  (OWASP's 2023 figure for this hash; at least 100,000 is accepted). The server pays this at
-  every PLAIN login (about 0.1 s of CPU), so callers run `verify_plain` off the event loop;
-  hashlib releases the GIL while it hashes.
-
-Passwords for SCRAM must be unchanged by SASLprep. scramp normalises passwords with SASLprep
-(RFC 4013); Kafka's clients and brokers hash the raw UTF-8 instead. The two agree only when
-SASLprep is a no-op, so any other password is refused rather than stored in a form some client
-could never log in with.
-
-The file the store is kept in, and its validation, are in config/credentials_file.py.
+What is stored per mechanism and why: docs/identity.md, "The credentials store". The file it is
+kept in is read and written by config/credentials_file.py.
 """
 
 from __future__ import annotations

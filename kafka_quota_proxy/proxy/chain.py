@@ -18,9 +18,9 @@ from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVersionsIntersect
 from kafka_quota_proxy.proxy.stages.base import RequestStage, ResponseStage
-from kafka_quota_proxy.proxy.stages.broker_addresses import AddressRewrite
+from kafka_quota_proxy.proxy.stages.broker_addresses import BrokerAddresses
 from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
-from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchWireVersion
+from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchAsV15
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
@@ -45,9 +45,9 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     elif isinstance(sasl, SaslInspect):
         request.append(sasl)
         response.append(sasl)
-    request += [ClientQuotasApi(quota_control, engine), FetchWireVersion(),
+    request += [ClientQuotasApi(quota_control, engine), FetchAsV15(),
                 QuotaCharge(engine, cluster.topic_partitions)]
-    response += [AddressRewrite(cluster.advertise, cluster.observe_metadata),
+    response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
                  QuotaSettle(engine), ThrottleMerge()]
     return Pipeline(request=request, response=response)
 

@@ -25,6 +25,8 @@ log = logging.getLogger("kafka_quota_proxy.cluster")
 
 
 class RoutingError(ProtocolError):
+    """No broker address is known for a node a client asked for."""
+
     kind = "routing"
 
 

@@ -26,6 +26,8 @@ from kafka_quota_proxy.protocol.headers import PROXY_CLIENT_ID, frame_request
 
 
 class UpstreamAuthError(ProtocolError):
+    """The broker refused the proxy's own SASL credentials."""
+
     kind = "upstream_auth"
 
 

@@ -1,24 +1,7 @@
 """The rest of a large Fetch response moved from the broker's socket to the client's inside the
 kernel, with splice(2) through a pipe, instead of being read into Python and written out again.
 
-Why: for large fetches the proxy's own time was almost all system calls moving bytes in and out
-(read 14%, write and writev 41% of its samples in a native profile of the fetch-large benchmark),
-and on a machine it shares with the broker every cycle it spends is one the broker lacks. A splice
-from a TCP socket into a pipe takes references to the received pages, and one from the pipe into
-a TCP socket hands those pages on; the bytes are not copied through user space at all.
-Measured on that load against `splice: false`: the proxy's CPU went from 42-43% to 38-40% of a
-core, and throughput did not change. The copies turned out to be a small part of those calls;
-most of their time is the TCP send itself and loopback delivery, which any relay pays.
-
-Only plain TCP on both sides qualifies (TLS needs the bytes in user space), and only the part of a
-response the proxy does not need to look at: everything after the head its response stages read
-(`ClientConnection.on_response_head`). The connection stops reading the broker while a splice
-runs, so its transport never sees those bytes, and writes nothing else to the client, so nothing
-can come between them.
-
-The event loop will not watch a file descriptor a transport owns (`add_reader` refuses it), so a
-splice watches duplicates of the two sockets' descriptors, made when it starts and closed when it
-ends. Pipes are pooled: a splice that ends cleanly leaves its pipe empty for the next one.
+Why, and what it measured: docs/architecture.md, "Splice".
 """
 
 from __future__ import annotations

@@ -71,6 +71,8 @@ class ApiCollector(Collector):
 
 @dataclass
 class ProxyMetrics:
+    """The proxy's own Prometheus metrics, in one registry per Proxy."""
+
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
 
     def __post_init__(self) -> None:

@@ -27,6 +27,8 @@ LABELS = ["scope", "user", "client_id"]
 
 
 class QuotaCollector(Collector):
+    """Exports the quota engine's state at scrape time: quotas, rates, throttles, per entity."""
+
     def __init__(self, engine: QuotaEngine) -> None:
         self.engine = engine
 

@@ -1,23 +1,7 @@
 """The per-tenant usage log: what each (user, client-id) did, interval by interval.
 
-The meter counts on the event loop, a few integer additions per request. At each interval
-boundary (wall-clock aligned: 10:00:00, 10:00:10, ...) the loop swaps the current counters for
-fresh ones and queues the old ones, with a snapshot of the quotas, for a writer thread. The
-thread builds the records (quota/usage.py), encodes them as JSON Lines, appends them to the
-hour's file and gzips a file when its hour closes. So the loop never waits for a disk:
-
-- the queue is bounded (`queue_intervals`); an interval that does not fit is dropped and its
-  records counted in `kafka_quota_proxy_usage_records_dropped_total`;
-- tenants beyond `max_tenants` in one interval are not counted; their requests are counted in
-  `kafka_quota_proxy_usage_requests_unmetered_total`;
-- a write error is logged and counted, and the writer goes on with the next interval;
-- on shutdown the last (partial) interval is queued and the writer drains the queue before the
-  proxy exits. A file of an hour that a stopped proxy left open is gzipped by the next start.
-
-What is counted where: request groups, Produce bytes and connections when a request has passed
-the request stages; response bytes (Fetch) and request time when its response is written;
-throttles as the quota stages apply them (or, in observe mode, would); new producer ids and
-partitions mutated from the quota stages (partitions also without any quota configured).
+How the loop never waits for a disk, and what is counted where: docs/usage-log.md, "How it is
+written".
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The quota engine the stages charge, and where its quotas come from."""

@@ -31,6 +31,8 @@ Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
 
 
 class QuotaControl:
+    """The quotas in force: the config file's, then those set through the API (kept in the state file)."""
+
     def __init__(self, store: QuotaStore, file_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]],
                  state_path: Path | None) -> None:
         self.store = store

@@ -68,6 +68,8 @@ class ScopeManagers:
 
 @dataclass(slots=True)
 class ThrottleRecord:
+    """How often and how long one entity was throttled, for the metrics."""
+
     count: int = 0
     total_ms: int = 0
     last_ms: int = 0  # clock time of the last throttle, for expiry

@@ -1,0 +1,1 @@
+"""The request and response stages, one file each; chain.py orders them."""

@@ -14,7 +14,9 @@ from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.stages.base import ResponseStage
 
 
-class AddressRewrite(ResponseStage):
+class BrokerAddresses(ResponseStage):
+    """Rewrites broker addresses in Metadata, FindCoordinator, DescribeCluster, Produce, Fetch."""
+
     api_keys = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH})
 
     def __init__(self, mapper: AddressMapper, observe: MetadataObserver | None = None) -> None:
@@ -22,7 +24,7 @@ class AddressRewrite(ResponseStage):
         self.observe = observe
 
     def wants(self, ctx: RequestContext) -> bool:
-        # The broker's version decides the layout: a Fetch asked for as v15 (FetchWireVersion)
+        # The broker's version decides the layout: a Fetch asked for as v15 (FetchAsV15)
         # carries no node_endpoints, whatever the client asked for.
         return carries_addresses(ctx.api_key, ctx.broker_version)
 

@@ -18,6 +18,8 @@ SERVED = ((DESCRIBE_CLIENT_QUOTAS, 0, 1), (ALTER_CLIENT_QUOTAS, 0, 1))
 
 
 class ClientQuotasApi(RequestStage):
+    """Answers DescribeClientQuotas and AlterClientQuotas at the proxy, against its own quota store."""
+
     api_keys = frozenset({DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS})
 
     def __init__(self, control: QuotaControl, engine: QuotaEngine) -> None:

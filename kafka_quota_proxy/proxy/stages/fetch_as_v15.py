@@ -9,23 +9,25 @@ means none. Clients then learn a moved leader from Metadata, as before KIP-951.
 What it buys: no Fetch response carries a broker address, so none needs its last bytes
 rewritten, and a large response can be written on to the client as it arrives (cut-through)
 instead of being held whole first. Fetch carries the bulk of a cluster's bytes; holding each
-response whole cost a full copy and a response's transfer time in latency (see the README's
-Performance section for what it measured).
+response whole cost a full copy and a response's transfer time in latency (docs/performance.md has
+what it measured).
 """
 
 from __future__ import annotations
 
 from kafka_quota_proxy.protocol.api_keys import FETCH
+from kafka_quota_proxy.protocol.headers import API_VERSION_AT
 from kafka_quota_proxy.protocol.primitives import INT16
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 
-API_VERSION_AT = 6  # in a request frame: size (4), api_key (2), then api_version (2)
 ASKED_AS = 15
 SAME_AS_15 = frozenset({16, 17})
 
 
-class FetchWireVersion(RequestStage):
+class FetchAsV15(RequestStage):
+    """Sends Fetch v16 and v17 to the broker as v15 (the module docstring says why)."""
+
     api_keys = frozenset({FETCH})
 
     def on_request(self, ctx: RequestContext) -> Reply | None:

@@ -48,7 +48,7 @@ STRICT_FROM = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
 # THROTTLING_QUOTA_EXCEEDED, the error KIP-599 made for a quota that refuses instead of delaying.
 # The Java producer retries it (ThrottlingQuotaExceededException is retriable) until
 # delivery.timeout.ms; kafka-python retries it too; librdkafka and aiokafka do not know it for
-# Produce and fail the messages at once with this error. README "Producer-id quotas" has more.
+# Produce and fail the messages at once with this error. docs/producer-id-quotas.md has more.
 PRODUCER_ID_REFUSAL = THROTTLING_QUOTA_EXCEEDED
 THROTTLING_MESSAGE = "The throttling quota has been exceeded."
 DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions default, for CreateTopics with -1

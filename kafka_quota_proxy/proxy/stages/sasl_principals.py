@@ -13,6 +13,8 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, Sasl
 log = logging.getLogger("kafka_quota_proxy.sasl")
 
 class Spoofing(ProtocolError):
+    """A connection re-authenticated as a different principal."""
+
     kind = "sasl_spoofing"
 
 

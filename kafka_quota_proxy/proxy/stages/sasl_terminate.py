@@ -30,6 +30,8 @@ from kafka_quota_proxy.proxy.stages.sasl_principals import Principals, sasl_stat
 log = logging.getLogger("kafka_quota_proxy.sasl")
 
 class AuthenticationRequired(ProtocolError):
+    """A request other than ApiVersions or SASL before the client authenticated."""
+
     kind = "unauthenticated_request"
 
 
