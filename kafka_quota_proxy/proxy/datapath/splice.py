@@ -106,6 +106,8 @@ class Splice:
         self._loop = loop
         self._pool = pool
         self._pipe = pool.take()
+        # The loop refuses to watch a descriptor a transport owns (add_reader), so the splice
+        # watches duplicates of the two sockets' descriptors, closed when it ends.
         try:
             self._src = os.dup(src_fd)
             try:
