@@ -211,7 +211,7 @@ class _Simulation:
 
     def _fetch_cap(self, user: str, client_id: str) -> float:
         # The proxy's cap on a Fetch's max_bytes: one sample's worth, Q * W, and never more than
-        # Kafka's Q * (N-1) * W (proxy/quota_stages.py, QuotaCharge._fetch_cap).
+        # Kafka's Q * (N-1) * W (proxy/stages/quota_charge.py, QuotaCharge._fetch_cap).
         window_max = self.manager.max_value_in_quota_window(user, client_id)
         quota = self.manager.quota(user, client_id)
         return window_max if quota is None else min(window_max, quota * self.config.window_s)

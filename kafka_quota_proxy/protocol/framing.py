@@ -154,7 +154,7 @@ class StreamingFrameDecoder(_FrameSplitter):
 
     def take_rest(self) -> int:
         """Take the rest of the frame being handed over away from the decoder: the caller moves
-        those bytes itself (proxy.splice) and feeds what follows them. Returns how many."""
+        those bytes itself (proxy/datapath/splice.py) and feeds what follows them. Returns how many."""
         rest, self._streaming = self._streaming, 0
         return rest
 

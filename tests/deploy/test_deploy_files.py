@@ -469,7 +469,7 @@ def throttle_quota_types() -> set[str]:
 
 
 def declared_metric_families() -> set[str]:
-    """Family names as proxy/metrics.py and proxy/quota_metrics.py spell them: prefix + "name"."""
+    """Family names as observability/metrics.py and observability/quota_metrics.py spell them: prefix + "name"."""
     names: set[str] = set()
     for source in METRIC_SOURCES:
         names.update(METRIC_PREFIX + n for n in re.findall(r'\b[pP] \+ "(\w+)"',
@@ -546,7 +546,7 @@ def variable_references(text: str) -> set[str]:
 def test_metric_families_declared_in_the_source_are_all_collected() -> None:
     collected = {family.name for family in populated_registry().collect()}
     declared = declared_metric_families()
-    assert declared, "no metric names found in proxy/metrics.py or proxy/quota_metrics.py"
+    assert declared, "no metric names found in observability/metrics.py or observability/quota_metrics.py"
     assert declared <= collected, f"declared but not collected: {sorted(declared - collected)}"
     series = exported_series()
     assert series["kafka_quota_proxy_requests_total"].family_type == "counter"

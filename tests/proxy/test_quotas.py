@@ -466,7 +466,7 @@ def test_fetch_over_quota_gets_the_throttled_empty_response(version: int) -> Non
                           user="ANONYMOUS", client_id="c") == 1
 
             # Each forwarded Fetch had max_bytes capped and nothing else changed (but for the
-            # version, v16 and v17 being asked for as v15: see proxy/wire_version.py).
+            # version, v16 and v17 being asked for as v15: see proxy/stages/fetch_as_v15.py).
             received = broker_frames(h)
             assert len(received) == 2
             for original, forwarded in zip(sent, received, strict=True):

@@ -1,4 +1,4 @@
-"""proxy.splice on real loopback TCP sockets, on uvloop and on asyncio's own loop: exactly the
+"""proxy/datapath/splice.py on real loopback TCP sockets, on uvloop and on asyncio's own loop: exactly the
 bytes asked for, in order, whichever side holds things up; failures reported by side; nothing
 leaked (descriptors, pipes) however it ends."""
 

@@ -75,7 +75,7 @@ class StreamingResponses:
         body: memoryview | bytes = memoryview(head.data)[body_at:]
         body_size = head.size - body_at
         for stage in stages:
-            if not stage.wants(ctx):  # asked stage by stage, as in _run_response_stages
+            if not stage.wants(ctx):  # asked stage by stage, as in Pipeline.run_response_stages
                 continue
             result = stage.on_head(ctx, memoryview(body), body_size)
             if isinstance(result, Replacement):
