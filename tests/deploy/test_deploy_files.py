@@ -469,7 +469,7 @@ def throttle_quota_types() -> set[str]:
 
 
 def declared_metric_families() -> set[str]:
-    """Family names as observability/metrics.py and observability/quota_metrics.py spell them: prefix + "name"."""
+    """Family names as observability/metrics.py and quota_metrics.py spell them: prefix + "name"."""
     names: set[str] = set()
     for source in METRIC_SOURCES:
         names.update(METRIC_PREFIX + n for n in re.findall(r'\b[pP] \+ "(\w+)"',
