@@ -1,10 +1,11 @@
-# The two commands the README promises: `make demo` and `make test`.
+# The two commands the README promises: `make demo` and `make test`; and `make check`, the tier
+# to run while working (docs/development.md, "Test tiers").
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo check unit typecheck test lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,14 +19,37 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m devkit.demo
 
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider
+# The unit and in-process tests: no Tansu, no Spark, nothing that takes more than a few seconds.
+FAST := not integration and not spark and not slow
+# Workers for `make test`: its tests mostly wait (on Tansu, on quotas, on consumer-group joins),
+# so more workers than cores; measured on two cores in docs/development.md.
+TEST_WORKERS ?= 4
+
+# Under a minute: lint, then mypy beside the fast tests (each one's output printed whole as it ends).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory -j2 --output-sync=target typecheck unit
+
+unit: $(STAMP)
+	$(PYTEST) -n 2 -m "$(FAST)"
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# The whole suite, what CI runs (.ci/run). Spark stays on one worker (its tests are in one
+# xdist_group, tests/conftest.py); each worker starts its own Tansu, on its own ports.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/lint-imports
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Measured and printed, never asserted: see bench/. `make bench BENCH=producer_ids` runs one.
 bench: $(STAMP)
