@@ -24,9 +24,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if fixtures & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
-        if item.get_closest_marker("spark") is not None:
-            # One Spark session, on one xdist worker (`--dist loadgroup`), not one per worker.
-            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(scope="session")
