@@ -1,10 +1,11 @@
-# The two commands the README promises: `make demo` and `make test`.
+# The two commands the README promises: `make demo` and `make test`; and `make check`, the tier
+# to run while working (docs/development.md, "Test tiers").
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,14 +19,46 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m devkit.demo
 
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider
+# The unit and in-process tests: no Tansu, no Spark, nothing that takes more than a few seconds.
+FAST := not integration and not spark and not slow
+# Workers for `make test`: its tests mostly wait (on Tansu, on quotas, on consumer-group joins),
+# so more workers than cores; measured on two cores in docs/development.md.
+TEST_WORKERS ?= 4
+
+# Under a minute: lint, then mypy beside the fast tests (each one's output printed whole as it ends).
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory -j2 --output-sync=target typecheck unit
+
+unit: $(STAMP)
+	$(PYTEST) -n 2 -m "$(FAST)"
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+# The whole suite, what CI runs (.ci/run): the Spark tests in one process (one Spark session)
+# beside the rest on xdist workers (worksteal: the long integration tests would otherwise pile
+# up on one worker), each worker with its own Tansu on its own ports. (Not
+# --dist loadgroup: with pytest 9.2 it no longer keeps an xdist_group on one worker,
+# pytest-dev/pytest-xdist#1386, and every worker would start Spark.)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/pytest -q -p no:cacheprovider
+	$(BIN)/lint-imports
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-spark test-rest
+
+test-spark: $(STAMP)
+	$(PYTEST) -m spark
+
+test-rest: $(STAMP)
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not spark"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Measured and printed, never asserted: see bench/. `make bench BENCH=producer_ids` runs one.
 bench: $(STAMP)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -19,11 +20,42 @@ LOOPBACK = "127.0.0.1"
 
 _handed_out: set[int] = set()
 
+# Under pytest-xdist each worker process (PYTEST_XDIST_WORKER = gw0, gw1, ...) takes its ports
+# from its own slice of 20000-31999, below Linux's ephemeral range (32768-60999): the kernel then
+# never offers one of them to another worker, to a `bind(0)` or as a client's source port, so
+# two workers cannot be handed the same port. Each one is still checked free before it is handed out.
+_WORKER_PORTS = (20000, 32000)
+_cursor: int | None = None
+
+
+def _worker_slice() -> range | None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return None
+    index = int(worker[2:])
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), index + 1)
+    width = (_WORKER_PORTS[1] - _WORKER_PORTS[0]) // count
+    start = _WORKER_PORTS[0] + index * width
+    return range(start, start + width)
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
 
 def free_port() -> int:
     """A port nothing listens on, never one this process handed out before: the kernel may
     offer a just-released port again, and two of a proxy's ports once came out equal (CI:
-    "node_ports.111: must differ from the listen port")."""
+    "node_ports.111: must differ from the listen port"). Under pytest-xdist, one from this
+    worker's own slice (above)."""
+    ports = _worker_slice()
+    if ports is not None:
+        return _free_port_in(ports)
     while True:
         with socket.socket() as s:
             s.bind((LOOPBACK, 0))
@@ -31,6 +63,23 @@ def free_port() -> int:
         if port not in _handed_out:
             _handed_out.add(port)
             return port
+
+
+def _free_port_in(ports: range) -> int:
+    """The next free port of `ports` after the last one handed out, round and round: a port
+    comes back only after the whole slice has gone by, and then only if it is free again."""
+    global _cursor
+    if _cursor is None or _cursor not in ports:
+        _cursor = ports.start
+    for _ in range(2 * len(ports)):
+        port = _cursor
+        _cursor = port + 1 if port + 1 < ports.stop else ports.start
+        if _cursor == ports.start:
+            _handed_out.difference_update(ports)  # a lap done: the oldest may be handed out again
+        if port not in _handed_out and _is_free(port):
+            _handed_out.add(port)
+            return port
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | None = None) -> None:

@@ -8,6 +8,23 @@ import pytest
 from devkit.processes import ProxyProcess
 from devkit.tansu import Broker
 
+# The tiers (docs/development.md, "Test tiers"): `make check` runs what none of these marks;
+# `make test` runs everything. Each module says its own marks (pytestmark); this hook is the
+# net under them, so that `-m "not integration"` never starts Tansu and `-m "not spark"` never
+# starts Spark, whichever module asks for those fixtures.
+INTEGRATION_FIXTURES = {"broker"}  # a real Tansu broker (`proxy` and `broker_node_id` need it)
+SPARK_FIXTURES = {"spark"}  # a local Spark session (`analyzed` needs it)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        folder = item.path.relative_to(item.config.rootpath).parts[:2]
+        if folder == ("tests", "integration") or fixtures & INTEGRATION_FIXTURES:
+            item.add_marker(pytest.mark.integration)
+        if fixtures & SPARK_FIXTURES:
+            item.add_marker(pytest.mark.spark)
+
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[Broker]:

@@ -44,6 +44,7 @@ def test_every_line_is_a_version_1_record_with_every_key_in_order() -> None:
         assert all(v is None or isinstance(v, float) for v in record["quotas"].values())
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not make check
 def test_quotas_in_force_are_resolved_and_throttles_consistent_with_them() -> None:
     plan = make_plan(tenants=12, days=1, interval_s=10, outliers=3, seed=11)
     records = [json.loads(line) for hour in range(24) for line in hour_lines(plan, hour)]

@@ -31,6 +31,8 @@ from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 from tests.analytics.conftest import Analyzed, Generated, bad_lines
 
+pytestmark = pytest.mark.spark
+
 TABLES = ("tenants", "hourly", "hour_of_day", "users", "outliers", "recommendations", "replay")
 
 

@@ -184,6 +184,7 @@ def _generated_rows(kind: str) -> pd.DataFrame:
                   for r in records))
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not make check
 @pytest.mark.parametrize("kind", ["produce", "fetch"])
 @pytest.mark.parametrize("quotas", [None, {QuotaEntity(user=DEFAULT, client_id=DEFAULT): {P: 300 * 1024.0,
                                                                                            F: 700 * 1024.0}}])

@@ -467,6 +467,7 @@ def assert_no_leak(result: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not make check
 def test_cli_add_list_remove(tmp_path: Path) -> None:
     path = str(tmp_path / "users.yaml")
     added = users_cli("add", "alice", "--file", path, "--password-stdin", stdin=CLI_PASSWORD + "\n")

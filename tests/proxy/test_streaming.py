@@ -11,6 +11,8 @@ import re
 import struct
 from typing import Any
 
+import pytest
+
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.proxy.datapath.upstream import STREAM_FROM
 from tests.proxy.test_quotas import (
@@ -74,6 +76,7 @@ def test_a_large_fetch_is_written_on_as_it_arrives() -> None:
     run(scenario())
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not make check
 def test_fetch_v16_and_v17_are_asked_for_as_v15_and_answered_as_asked() -> None:
     broker = Broker(records=b"small")
 

@@ -88,6 +88,7 @@ def test_no_false_negatives() -> None:
     assert bloom.count == len(ids)
 
 
+@pytest.mark.slow  # seconds of CPU: make test, not make check
 def test_measured_false_positive_rate_at_1m_ids() -> None:
     bloom = BloomFilter(1_000_000, 0.01)
     # Brokers hand out ids in blocks, so the added ids are consecutive; the probes are random
