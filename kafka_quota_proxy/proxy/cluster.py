@@ -139,7 +139,11 @@ class Cluster:
         errors: list[str] = []
         for target in self.bootstrap_targets():
             try:
-                return await asyncio.wait_for(self._ask(target), self.settings.connect_timeout_seconds)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancel that
+                # lands as the inner call completes, and refresh_forever then slept through
+                # shutdown for a whole metadata_refresh_seconds.
+                async with asyncio.timeout(self.settings.connect_timeout_seconds):
+                    return await self._ask(target)
             except (TimeoutError, OSError, ProtocolError) as exc:
                 errors.append(f"{target}: {exc or type(exc).__name__}")
         raise OSError("; ".join(errors))

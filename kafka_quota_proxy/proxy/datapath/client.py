@@ -134,7 +134,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         errors = []
         for target in self.targets():
             try:
-                upstream = await asyncio.wait_for(open_upstream_connection(self.proxy, self, target), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for, which can swallow a cancel (3.11)
+                    upstream = await open_upstream_connection(self.proxy, self, target)
             except (TimeoutError, OSError, ProtocolError) as exc:
                 self.proxy.metrics.upstream_connect_failures.inc()
                 errors.append(f"{target}: {exc or 'timed out'}")
