@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_quota_proxy.config.errors import ConfigError
-from kafka_quota_proxy.config.validators import names, whole_number
+from kafka_quota_proxy.config.validators import mapping, names, one_of, whole_number
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 
 SCOPES = ("broker", "proxy")
@@ -54,15 +54,12 @@ class ProducerIdSettings:
 def parse_producer_ids(raw: Any) -> ProducerIdSettings:
     if raw is None:
         return ProducerIdSettings()
-    if not isinstance(raw, dict):
-        raise ConfigError("quota.producer_ids", "expected a mapping")
+    raw = mapping("quota.producer_ids", raw)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         full = f"quota.producer_ids.{key}"
         if key == "action":
-            if value not in PRODUCER_ID_ACTIONS:
-                raise ConfigError(full, f"expected one of {', '.join(PRODUCER_ID_ACTIONS)}, got {value!r}")
-            values[key] = value
+            values[key] = one_of(full, value, PRODUCER_ID_ACTIONS)
         elif key in ("window_num", "window_size_seconds", "cleanup_interval_ms", "expected_ids_per_window",
                      "max_bits_per_user"):
             values[key] = whole_number(full, value)
@@ -104,19 +101,14 @@ class QuotaSettings:
 def parse_quota_section(raw: Any) -> QuotaSettings:
     if raw is None:
         return QuotaSettings()
-    if not isinstance(raw, dict):
-        raise ConfigError("quota", "expected a mapping")
+    raw = mapping("quota", raw)
     values: dict[str, Any] = {}
     for key, value in raw.items():
         full = f"quota.{key}"
         if key == "scope":
-            if value not in SCOPES:
-                raise ConfigError(full, f"expected one of {', '.join(SCOPES)}, got {value!r}")
-            values["scope"] = value
+            values["scope"] = one_of(full, value, SCOPES)
         elif key == "mode":
-            if value not in MODES:
-                raise ConfigError(full, f"expected one of {', '.join(MODES)}, got {value!r}")
-            values["mode"] = value
+            values["mode"] = one_of(full, value, MODES)
         elif key in ("window_num", "window_size_seconds", "max_tracked_entities"):
             values[key] = whole_number(full, value)
         elif key == "max_connections_per_ip":

@@ -33,7 +33,7 @@ from kafka_quota_proxy.config.quota_settings import (
     validate_quota_entries,
 )
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings, parse_usage_log
-from kafka_quota_proxy.config.validators import boolean, one_of, whole_number
+from kafka_quota_proxy.config.validators import boolean, mapping, one_of, whole_number
 from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -150,8 +150,7 @@ def _log_level(key: str, value: Any) -> str:
 
 
 def _node_ports(key: str, value: Any) -> dict[int, int]:
-    if not isinstance(value, dict):
-        raise ConfigError(key, "expected a mapping of broker node id to proxy port")
+    value = mapping(key, value, "a mapping of broker node id to proxy port")
     out: dict[int, int] = {}
     for node, port in value.items():
         if isinstance(node, bool) or not isinstance(node, int) or node < 0:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka_quota_proxy.config.errors import ConfigError
-from kafka_quota_proxy.config.validators import whole_number
+from kafka_quota_proxy.config.validators import mapping, whole_number
 
 _INSTANCE = re.compile(r"[A-Za-z0-9._-]{1,100}\Z")
 
@@ -35,8 +35,7 @@ class UsageLogSettings:
 def parse_usage_log(raw: Any) -> UsageLogSettings | None:
     if raw is None:
         return None
-    if not isinstance(raw, dict):
-        raise ConfigError("usage_log", "expected a mapping with at least `dir`")
+    raw = mapping("usage_log", raw, "a mapping with at least `dir`")
     values: dict[str, Any] = {}
     for key, value in raw.items():
         full = f"usage_log.{key}"
