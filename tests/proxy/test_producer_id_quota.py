@@ -13,8 +13,8 @@ from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
 
 from kafka_quota_proxy.protocol.produce import producer_ids
-from tests.proxy.conftest import correlation_id
-from tests.proxy.test_quotas import (
+from tests.proxy.conftest import correlation_id, running
+from tests.proxy.quota_support import (
     START_MS,
     Script,
     broker_frames,
@@ -23,7 +23,6 @@ from tests.proxy.test_quotas import (
     list_groups,
     metric,
     run,
-    running,
     scope,
 )
 

@@ -15,7 +15,8 @@ import pytest
 
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.proxy.datapath.upstream import STREAM_FROM
-from tests.proxy.test_quotas import (
+from tests.proxy.conftest import running
+from tests.proxy.quota_support import (
     SESSION,
     START_MS,
     connect,
@@ -24,7 +25,6 @@ from tests.proxy.test_quotas import (
     freeze,
     list_groups,
     run,
-    running,
 )
 from tests.support.fake_broker import BrokerConn, Chunked, list_groups_v0_body
 

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.proxy.test_quotas import (
+from tests.proxy.conftest import running
+from tests.proxy.quota_support import (
     Script,
     connect,
     create_topics,
@@ -18,7 +19,6 @@ from tests.proxy.test_quotas import (
     produce,
     records_for_fetch_size,
     run,
-    running,
 )
 
 
