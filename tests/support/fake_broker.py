@@ -15,7 +15,12 @@ from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataResponse
 
 from kafka_quota_proxy.protocol.framing import FrameDecoder
-from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, parse_request_header
+from kafka_quota_proxy.protocol.headers import (
+    PROXY_CLIENT_ID,
+    RequestHeader,
+    frame_response,
+    parse_request_header,
+)
 
 NODE_ID = 1
 # (key, min, max) the fake broker claims; 71 is unknown to the proxy's codec.
@@ -79,7 +84,7 @@ class FakeBroker:
     def client_conns(self) -> list[BrokerConn]:
         """Connections that carried anything but the proxy's own cluster refresh."""
         return [c for c in self.conns if not c.frames or parse_request_header(
-            memoryview(c.frames[0])).client_id != "kafka-quota-proxy"]
+            memoryview(c.frames[0])).client_id != PROXY_CLIENT_ID]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         conn = BrokerConn(reader, writer)
