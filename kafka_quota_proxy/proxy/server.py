@@ -77,7 +77,7 @@ class Proxy:
             self.engine.usage = self.usage
             self.metrics.registry.register(UsageCollector(self.usage))
         self.connections: set[HostedConnection] = set()
-        # Empty pipes for moving large Fetch responses with splice(2) (proxy.splice).
+        # Empty pipes for moving large Fetch responses with splice(2) (datapath/splice.py).
         self.pipes = PipePool()
         self.splicing = settings.splice and splice_supported()
         self._per_ip: dict[str, int] = {}

@@ -75,7 +75,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._held: deque[memoryview] = deque()
         self._throttles_due = 0  # forwarded requests over quota whose responses are still out
         self._streaming: Pending | None = None  # the request whose large response is arriving
-        self._splice: Splice | None = None  # moving the rest of that response (proxy.splice)
+        self._splice: Splice | None = None  # moving the rest of that response (splice.py)
         self._fd: int | None = None  # the socket's descriptor when splices may write to it
         self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
         self._muted_until = 0.0  # loop time until which a quota throttle holds reading

@@ -8,7 +8,7 @@ from kafka_quota_proxy.protocol.headers import response_correlation_id
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import RequestContext
 
-# How a large response that arrives in pieces is handled (ClientConnection.on_response_head).
+# How a large response that arrives in pieces is handled (StreamingResponses.on_response_head, streaming.py).
 STREAM = "stream"  # written on to the client piece by piece
 ASSEMBLE = "assemble"  # gathered whole, then handled as any response
 DISCARD = "discard"  # replaced by the proxy's own answer; the pieces are dropped
@@ -24,7 +24,7 @@ def check_correlation(ctx: RequestContext, frame: bytes | memoryview) -> None:
 class Pending:
     """A request waiting for its response; `response` is set when the response is ready.
     `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered.
-    `stream`, `parts`, `size`: a large response arriving in pieces (see on_response_head)."""
+    `stream`, `parts`, `size`: a large response arriving in pieces (streaming.py)."""
 
     __slots__ = ("ctx", "response", "throttle_due", "stream", "parts", "size")
 

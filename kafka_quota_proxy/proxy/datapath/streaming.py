@@ -123,7 +123,7 @@ class StreamingResponses:
 
     def splice_rest(self, upstream: UpstreamConnection) -> None:
         """Called after each read from the broker: when the response being written on has much
-        still to come and both sockets are plain TCP, move the rest with splice(2) (proxy.splice)
+        still to come and both sockets are plain TCP, move the rest with splice(2) (splice.py)
         instead of reading it. The broker's socket is not read meanwhile."""
         pending = self._streaming
         if (pending is None or pending.stream is not STREAM or self._fd is None or upstream.fd is None
