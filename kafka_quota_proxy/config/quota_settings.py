@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_quota_proxy.config.errors import ConfigError
-from kafka_quota_proxy.config.validators import mapping, names, one_of, whole_number
+from kafka_quota_proxy.config.validators import file_path, mapping, names, one_of, whole_number
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 
 SCOPES = ("broker", "proxy")
@@ -120,9 +120,7 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
         elif key == "producer_ids":
             values[key] = parse_producer_ids(value)
         elif key == "state_file":
-            if value is not None and (not isinstance(value, str) or not value):
-                raise ConfigError(full, "expected a file path")
-            values[key] = value
+            values[key] = file_path(full, value)
         else:
             raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
                               "exempt_principals, exempt_client_ids, max_tracked_entities, "
