@@ -140,6 +140,110 @@ def test_produce_acks0_gets_no_response_and_keeps_order() -> None:
     run(scenario_with_handler())
 
 
+PRODUCE_V3_EMPTY = struct.pack(">ii", 0, 0)  # responses [], throttle_time_ms 0
+
+
+def test_broker_answers_to_acks0_produce_pass_on_in_order() -> None:
+    """Tansu answers acks=0 Produce requests, which Kafka never does: the answers go to the
+    client as they came, in request order, and the connection stays open."""
+    async def answers_all(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return PRODUCE_V3_EMPTY if header.api_key == 0 else list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(answers_all) as h:
+            reader, writer = await h.connect()
+            for round_ in range(3):  # the connection carries on after each answer
+                base = round_ * 10
+                frames = [produce_acks0_v3(base + 1), list_groups(base + 2), produce_acks0_v3(base + 3),
+                          produce_acks0_v3(base + 4), list_groups(base + 5)]
+                writer.write(b"".join(frames))
+                responses = [await read_frame(reader) for _ in frames]
+                assert [correlation_id(r) for r in responses] == [base + n for n in (1, 2, 3, 4, 5)]
+                assert responses[0] == struct.pack(">ii", 12, base + 1) + PRODUCE_V3_EMPTY
+                assert responses[1][8:] == list_groups_v0_body()
+            assert h.errors("broker_protocol_error") == 0
+            assert len(h.proxy.connections) == 1
+            writer.close()
+    run(scenario())
+
+
+def test_a_broker_may_answer_some_acks0_produce_requests_and_not_others() -> None:
+    async def odd_only(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        if header.api_key == 0:
+            return PRODUCE_V3_EMPTY if header.correlation_id % 2 else None
+        return list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(odd_only) as h:
+            reader, writer = await h.connect()
+            frames = [produce_acks0_v3(1), produce_acks0_v3(2), list_groups(3), produce_acks0_v3(4),
+                      produce_acks0_v3(5), list_groups(6)]
+            writer.write(b"".join(frames))
+            responses = [await read_frame(reader) for _ in range(4)]
+            assert [correlation_id(r) for r in responses] == [1, 3, 5, 6]
+            writer.write(list_groups(7))  # still open, still in step
+            assert correlation_id(await read_frame(reader)) == 7
+            writer.close()
+    run(scenario())
+
+
+def test_local_answer_after_unanswered_acks0_produce_is_not_held() -> None:
+    """Against a broker that never answers acks=0 (Kafka), nothing waits for such an answer."""
+    async def kafka_like(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return None if header.api_key == 0 else list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(kafka_like) as h:
+            reader, writer = await h.connect()
+            # ApiVersions v9 is newer than the codec: the proxy answers it itself.
+            writer.write(produce_acks0_v3(1) + request_frame(18, 9, 2, flexible=True))
+            assert correlation_id(await read_frame(reader, timeout=2.0)) == 2
+            writer.close()
+    run(scenario())
+
+
+def test_answer_to_acks0_produce_waits_for_earlier_responses() -> None:
+    release = asyncio.Event()
+
+    async def slow_first(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        if header.correlation_id == 1:
+            await release.wait()
+        return PRODUCE_V3_EMPTY if header.api_key == 0 else list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(slow_first) as h:
+            reader, writer = await h.connect()
+            writer.write(list_groups(1) + produce_acks0_v3(2) + list_groups(3))
+            with pytest.raises(asyncio.TimeoutError):
+                await read_frame(reader, timeout=0.3)
+            release.set()
+            assert [correlation_id(await read_frame(reader)) for _ in range(3)] == [1, 2, 3]
+            writer.close()
+    run(scenario())
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_response_matching_nothing_forwarded_closes_the_connection(waiting: bool) -> None:
+    """Leniency stops at a correlation id the proxy never forwarded: a protocol error."""
+    async def stray(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        if header.api_key == 0:
+            conn.writer.write(struct.pack(">ii", 12, 99) + PRODUCE_V3_EMPTY)  # correlation id 99
+            await conn.writer.drain()
+        return None
+
+    async def scenario() -> None:
+        async with running(stray) as h:
+            reader, writer = await h.connect()
+            if waiting:  # a ListGroups forwarded after the Produce is the one 99 fails to match
+                writer.write(produce_acks0_v3(1) + list_groups(2))
+            else:
+                writer.write(produce_acks0_v3(1))
+            assert await is_closed(reader)
+            await h.wait_for(lambda: h.errors("broker_protocol_error") == 1)
+            writer.close()
+    run(scenario())
+
+
 def test_acks0_records_reach_broker_when_client_closes_at_once() -> None:
     async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
         return None

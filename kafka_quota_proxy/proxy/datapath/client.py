@@ -9,6 +9,10 @@ when one side's transport cannot keep up, reading from the other side stops.
 Kafka clients require responses in request order, and the proxy may answer some requests itself,
 so requests wait in one ordered queue (`_inflight`) and a response is written only once every
 earlier response has been.
+
+A Produce with acks=0 expects no response, and Kafka sends none; some Kafka-compatible brokers
+(Tansu) answer it all the same. Such a request is remembered (`_unasked`) rather than queued: an
+answer that comes for it is passed on in its place, and one that never comes holds nothing up.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
 from kafka_quota_proxy.protocol.api_keys import PRODUCE
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameDecoder
-from kafka_quota_proxy.protocol.headers import parse_request_header
+from kafka_quota_proxy.protocol.headers import RequestHeader, parse_request_header, response_correlation_id
 from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeader, ProxyHeaderParser, ProxyHeaderTimeout
 from kafka_quota_proxy.proxy.chain import Response
@@ -33,13 +37,18 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
 from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
-from kafka_quota_proxy.proxy.datapath.responses import Pending, check_correlation
+from kafka_quota_proxy.proxy.datapath.responses import Pending, check_correlation, request_order
 from kafka_quota_proxy.proxy.datapath.splice import Splice, plain_socket_fd
 from kafka_quota_proxy.proxy.datapath.streaming import StreamingResponses
 from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection, open_upstream_connection
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 
 log = logging.getLogger("kafka_quota_proxy.connection")
+
+# acks=0 Produce requests remembered per connection in case the broker answers them (`_unasked`):
+# the newest this many. A broker that answers does so in turn, long before this many more are
+# sent; against one that never answers (Kafka), this bounds what a pure acks=0 stream keeps.
+UNASKED_TRACKED = 4096
 
 
 def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> asyncio.TimerHandle:
@@ -67,6 +76,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self.info = ConnectionInfo("?", listener)
         self._inflight: deque[Pending] = deque()  # every request that will get a response
         self._awaiting: deque[Pending] = deque()  # the subset forwarded to the broker
+        # Forwarded acks=0 Produce requests, by request order, that the broker may yet answer.
+        self._unasked: deque[tuple[int, RequestHeader]] = deque(maxlen=UNASKED_TRACKED)
         self._draining = False
         self._closed = False
         self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
@@ -269,8 +280,10 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 self._throttles_due += 1
                 assert self.gate is not None
                 self.gate.pause("throttle")
-        elif ctx.throttle_ms:
-            self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
+        else:
+            self._unasked.append((next(request_order), header))
+            if ctx.throttle_ms:
+                self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
         ctx.sent_at = perf_counter()
         if ctx.patches is None:
             out.append(frame)
@@ -309,20 +322,49 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
 
     def on_response(self, frame: memoryview) -> None:
         """Called by the upstream connection for each complete response frame."""
-        self._respond(self._answered(), frame)
+        self._respond(self._answered(frame), frame)
 
-    def _answered(self) -> Pending:
-        """The request the broker's next response answers (responses come in request order)."""
-        if not self._awaiting:
-            raise ProtocolError("unsolicited response")
-        pending = self._awaiting.popleft()
+    def _answered(self, head: bytes | memoryview) -> Pending:
+        """The request the broker's response starting with `head` answers. Responses come in
+        request order: the oldest forwarded request still waiting, unless an acks=0 Produce
+        forwarded before it has this correlation id (a broker that answers those)."""
+        awaiting = self._awaiting
+        unasked = self._unasked
+        if unasked and (not awaiting or unasked[0][0] < awaiting[0].seq):
+            correlation_id = response_correlation_id(head)
+            while unasked and (not awaiting or unasked[0][0] < awaiting[0].seq):
+                seq, header = unasked.popleft()
+                if header.correlation_id == correlation_id:
+                    return self._unasked_answer(seq, header)
+                # Otherwise the broker let that one go unanswered, as Kafka does: forgotten.
+        if not awaiting:
+            raise ProtocolError(f"unsolicited response (correlation id {response_correlation_id(head)})")
+        pending = awaiting.popleft()
         pending.ctx.answered_at = perf_counter()
         if len(self._awaiting) < self.proxy.settings.max_inflight_requests and self.gate is not None:
             self.gate.resume("inflight")
         return pending
 
+    def _unasked_answer(self, seq: int, header: RequestHeader) -> Pending:
+        ctx = RequestContext(header, memoryview(b""), self.info, received_at=perf_counter())
+        ctx.answered_at = ctx.received_at
+        pending = Pending(ctx, seq=seq)
+        pending.unasked = True
+        return pending
+
     def _respond(self, pending: Pending, frame: memoryview) -> None:
         ctx = pending.ctx
+        if pending.unasked:
+            # Passed on as the broker sent it (the request was charged when it was read), in its
+            # place: after every earlier response still queued, before every later one.
+            pending.response = bytes(frame)
+            inflight = self._inflight
+            at = len(inflight)
+            while at and inflight[at - 1].seq > pending.seq:
+                at -= 1
+            inflight.insert(at, pending)
+            self._flush()
+            return
         if ctx.raw:  # the broker's bare answer to a legacy SASL token
             stage = self.proxy.sasl_stage
             assert isinstance(stage, SaslInspect)
@@ -383,7 +425,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         """A response has gone out whole: count it, and start its throttle."""
         self.proxy.metrics.api(pending.ctx.api_key).response_bytes += size
         usage = self.proxy.usage
-        if usage is not None:
+        if usage is not None and not pending.unasked:
             usage.response(pending.ctx, size)
         if pending.throttle_due:
             self._throttles_due -= 1

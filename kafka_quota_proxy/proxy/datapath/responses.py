@@ -3,6 +3,8 @@ queue's entries, and how a broker response's header is checked and rebuilt."""
 
 from __future__ import annotations
 
+from itertools import count
+
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import response_correlation_id
 from kafka_quota_proxy.proxy.chain import Response
@@ -21,15 +23,25 @@ def check_correlation(ctx: RequestContext, frame: bytes | memoryview) -> None:
                             f"{ctx.header.correlation_id}")
 
 
+# Request order across the process: a request read later has a larger number, so an answer that
+# arrives out of turn (to an acks=0 Produce, client.py) can be put back in its place.
+request_order = count()
+
+
 class Pending:
     """A request waiting for its response; `response` is set when the response is ready.
+    `seq`: its place in request order (`request_order`).
+    `unasked`: the broker's answer to an acks=0 Produce, which Kafka never sends and some
+    Kafka-compatible brokers do; passed on as it came (client.py, `_answered`).
     `throttle_due`: charged over quota on arrival, so its throttle starts when it is answered.
     `stream`, `parts`, `size`: a large response arriving in pieces (streaming.py)."""
 
-    __slots__ = ("ctx", "response", "throttle_due", "stream", "parts", "size")
+    __slots__ = ("ctx", "seq", "unasked", "response", "throttle_due", "stream", "parts", "size")
 
-    def __init__(self, ctx: RequestContext, response: Response | None = None) -> None:
+    def __init__(self, ctx: RequestContext, response: Response | None = None, seq: int | None = None) -> None:
         self.ctx = ctx
+        self.seq = next(request_order) if seq is None else seq
+        self.unasked = False
         self.response = response
         self.throttle_due = False
         self.stream: str | None = None

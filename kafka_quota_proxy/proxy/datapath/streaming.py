@@ -35,7 +35,7 @@ class StreamingResponses:
     _fd: int | None
     _closed: bool
 
-    def _answered(self) -> Pending:
+    def _answered(self, head: bytes | memoryview) -> Pending:
         raise NotImplementedError
 
     def _respond(self, pending: Pending, frame: memoryview) -> None:
@@ -54,13 +54,13 @@ class StreamingResponses:
         """The start of a large response (StreamingFrameDecoder). A Fetch whose response stages
         can all work from the head is written on as it arrives; any other is gathered whole and
         then handled like a small one."""
-        pending = self._answered()
+        pending = self._answered(head.data)
         self._streaming = pending
         ctx = pending.ctx
         stages = self.proxy.pipeline.response_stages(ctx.api_key)
         # Gathered whole: not a Fetch, a response before it still to be written, or a stage that
         # needs the whole body. _respond then handles it as any response.
-        if (ctx.api_key != FETCH or ctx.raw or self._closed or not self._inflight
+        if (ctx.api_key != FETCH or ctx.raw or pending.unasked or self._closed or not self._inflight
                 or self._inflight[0] is not pending
                 or not all(stage.streams or not stage.wants(ctx) for stage in stages)):
             pending.stream = ASSEMBLE
