@@ -60,6 +60,17 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# The long reliability runs, outside `make test` (docs/reliability.md); short versions of each
+# run in make test.
+
+# fuzz: (tests/fuzz)
+
+# faults: (broker and proxy faults under load)
+
+# load: (10k connections, floods, slow clients)
+
+# soak: (30 minutes, mixed workload)
+
 # Measured and printed, never asserted: see bench/. `make bench BENCH=producer_ids` runs one.
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH)
