@@ -260,6 +260,28 @@ def test_acks0_records_reach_broker_when_client_closes_at_once() -> None:
     run(scenario())
 
 
+def test_acks0_records_reach_a_broker_that_answers_them_when_client_closes_at_once() -> None:
+    """A broker that answers acks=0 (Tansu) and is still working through them when the client
+    leaves: the proxy lets it finish rather than reset the connection under its answers."""
+    async def slow_answers(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        await asyncio.sleep(0.002)
+        return PRODUCE_V3_EMPTY
+
+    async def scenario() -> None:
+        async with running(slow_answers) as h:
+            _, writer = await h.connect()
+            frames = [produce_acks0_v3(i) for i in range(1, 301)]
+            writer.write(b"".join(frames))
+            await writer.drain()
+            await h.wait_for(lambda: len(h.broker.client_conns()) == 1
+                             and len(h.broker.client_conns()[0].frames) > 0)
+            writer.close()  # with 300 requests still to handle, and their answers to write
+            await h.wait_for(lambda: len(h.broker.client_conns()[0].frames) == 300, timeout=10)
+            assert h.broker.client_conns()[0].frames == frames
+            await h.wait_for(lambda: not h.proxy.connections)
+    run(scenario())
+
+
 def test_broker_closing_closes_the_client() -> None:
     async def hang_up(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
         conn.close()

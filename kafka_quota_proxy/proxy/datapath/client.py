@@ -306,10 +306,10 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._stop_splice()
-        if self.upstream is not None and self.upstream.transport is not None:
-            # close(), not abort(): requests already read (acks=0 records among them) still
-            # reach the broker.
-            self.upstream.transport.close()
+        if self.upstream is not None:
+            # Not abort(): requests already read (acks=0 records among them) still reach the
+            # broker, and it gets to handle them (UpstreamConnection.linger).
+            self.upstream.linger()
         elif self._connect_task is not None and not self._connect_task.done():
             self._connect_task.cancel()
         if self._unmute is not None:

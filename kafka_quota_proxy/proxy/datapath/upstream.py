@@ -23,6 +23,9 @@ log = logging.getLogger("kafka_quota_proxy.connection")
 MAX_RESPONSE_BYTES = 2**31 - 1
 # Responses this large are handed over as they arrive (a Fetch is then written on cut-through).
 STREAM_FROM = 64 * 1024
+# After its client has gone, how long a broker connection is kept to let the broker finish the
+# requests it was sent (`UpstreamConnection.linger`).
+LINGER_SECONDS = 30.0
 
 
 
@@ -81,6 +84,7 @@ class UpstreamConnection(asyncio.Protocol):
         # The authenticated stream pair this transport came from, if any.
         self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.fd: int | None = None  # the socket's descriptor when splices may read from it
+        self.lingering: asyncio.TimerHandle | None = None  # the client has gone (`linger`)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -88,7 +92,30 @@ class UpstreamConnection(asyncio.Protocol):
         if self.proxy.splicing:
             self.fd = plain_socket_fd(transport)
 
+    def linger(self) -> None:
+        """The client has gone: send the broker what it was sent, end this side, and read on
+        (dropping the answers) until the broker ends its side, or for LINGER_SECONDS.
+
+        Closing at once would lose requests: the kernel would reset the connection under the
+        broker's next answer, and a broker that answers acks=0 Produce requests (Tansu) drops
+        every request it had yet to read when an answer cannot be written. A client that sends
+        acks=0 records and disconnects has them all reach such a broker this way, which it would
+        not if connected directly. Kafka reads on to the end, answers nothing, and closes."""
+        transport = self.transport
+        if transport is None or transport.is_closing() or self.lingering is not None:
+            return
+        if not transport.can_write_eof():  # TLS: no half-close; close after the writes
+            transport.close()
+            return
+        transport.write_eof()  # after the buffered writes
+        self.lingering = self.proxy.loop.call_later(LINGER_SECONDS, transport.abort)
+        if self.gate is not None:
+            self.gate.reasons.clear()
+            transport.resume_reading()
+
     def data_received(self, data: bytes) -> None:
+        if self.lingering is not None:
+            return  # answers for a client that has gone
         client = self.client
         client.cork()
         try:
@@ -123,4 +150,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.client.gate.resume("upstream-busy")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.lingering is not None:
+            self.lingering.cancel()
+            return
         self.client.upstream_lost(str(exc) if exc else "closed by the broker")
