@@ -16,9 +16,9 @@ import yaml
 
 from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, PRODUCER_IDS, Measure
 from kafka_quota_proxy.analytics.readable import format_number, format_value, round_up_2sig, round_up_bytes
+from kafka_quota_proxy.identity import ANONYMOUS
 from kafka_quota_proxy.quota.entities import DEFAULT, WHOLE_NUMBER_KEYS, QuotaEntity, QuotaKey
 
-ANONYMOUS = "ANONYMOUS"
 DEFAULT_PERCENTILE = 95.0
 DEFAULT_HEADROOM = 1.5
 

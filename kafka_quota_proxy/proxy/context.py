@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka_quota_proxy.config import HostPort
+from kafka_quota_proxy.identity import ANONYMOUS
 from kafka_quota_proxy.identity.sasl_server import SaslServer
 from kafka_quota_proxy.protocol.api_keys import (
     ADD_OFFSETS_TO_TXN,
@@ -35,8 +36,6 @@ from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.protocol.messages import decode_response
 from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
 from kafka_quota_proxy.quota.managers import ChargeHandle
-
-ANONYMOUS = "ANONYMOUS"  # Kafka's principal for an unauthenticated connection
 
 
 @dataclass(slots=True)
