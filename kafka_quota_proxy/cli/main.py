@@ -105,6 +105,12 @@ def _check_config(argv: Sequence[str]) -> int:
     print(f"  listen {settings.listen}, upstream {', '.join(map(str, settings.upstream))}")
     print(f"  clients are told host {settings.effective_advertised_host}; "
           f"broker N on port {settings.effective_node_port_base}+N")
+    from kafka_quota_proxy.proxy.quotas.access import management_policy
+
+    policy, warnings = management_policy(settings)
+    print(f"  {policy}")
+    for warning in warnings:
+        print(f"  warning: {warning}")
     return 0
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kafka_quota_proxy.config.errors import ConfigError
-from kafka_quota_proxy.config.validators import file_path, mapping, names, one_of, whole_number
+from kafka_quota_proxy.config.validators import boolean, file_path, mapping, names, one_of, whole_number
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 
 SCOPES = ("broker", "proxy")
@@ -89,8 +89,14 @@ class QuotaSettings:
     max_tracked_entities: int = 100_000
     max_connections_per_ip: int | None = None
     state_file: str | None = None
-    # Who may AlterClientQuotas through the proxy; None lets every principal (docs/quotas.md).
+    # Who may manage quotas through the proxy (docs/quotas.md, "Who may change quotas"). Alter
+    # is Kafka's ALTER_CONFIGS on the cluster, describe its DESCRIBE_CONFIGS; "*" is everyone.
+    # alter_principals None: not set, so nobody (and the first refusal says what to set).
     alter_principals: frozenset[str] | None = None
+    describe_principals: frozenset[str] = frozenset()  # beside the alter principals
+    # ANONYMOUS callers from a loopback address may also manage quotas, while no listener
+    # authenticates clients (no SASL, no client certificates).
+    anonymous_loopback: bool = True
     producer_ids: ProducerIdSettings = ProducerIdSettings()
 
     @property
@@ -117,6 +123,10 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
             values[key] = names(full, value)
         elif key == "alter_principals":
             values[key] = None if value is None else names(full, value)
+        elif key == "describe_principals":
+            values[key] = frozenset() if value is None else names(full, value)
+        elif key == "anonymous_loopback":
+            values[key] = boolean(full, value)
         elif key == "producer_ids":
             values[key] = parse_producer_ids(value)
         elif key == "state_file":
@@ -124,7 +134,8 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
         else:
             raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
                               "exempt_principals, exempt_client_ids, max_tracked_entities, "
-                              "max_connections_per_ip, state_file, alter_principals, producer_ids)")
+                              "max_connections_per_ip, state_file, alter_principals, describe_principals, "
+                              "anonymous_loopback, producer_ids)")
     return QuotaSettings(**values)
 
 

@@ -84,7 +84,7 @@ def save_state(path: str | os.PathLike[str], layer: ApiQuotaLayer) -> None:
     target = Path(path)
     text = json.dumps(_encode(layer), indent=2, sort_keys=True, allow_nan=False) + "\n"
     try:
-        write_atomically(target, text)
+        write_atomically(target, text, mode=0o600)  # who set which quota: for the operator only
     except OSError as e:
         raise ConfigError(STATE_KEY, f"cannot write the quota state: {_reason(e)}", str(target)) from e
 

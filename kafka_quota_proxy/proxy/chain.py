@@ -14,6 +14,7 @@ from kafka_quota_proxy.protocol.headers import response_body_offset, response_pr
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.proxy.cluster import Cluster
 from kafka_quota_proxy.proxy.context import RequestContext
+from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVersionsIntersect
@@ -34,7 +35,7 @@ TERMINATED_SASL_APIS = ((SASL_HANDSHAKE, 0, 1), (SASL_AUTHENTICATE, 0, 2))
 
 
 def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: QuotaControl,
-                   engine: QuotaEngine, cluster: Cluster) -> Pipeline:
+                   engine: QuotaEngine, cluster: Cluster, access: QuotaAccess) -> Pipeline:
     """The request and response stages, in the order a request and its response pass them."""
     terminate = isinstance(sasl, SaslTerminate)
     request: list[RequestStage] = [ApiVersionsGate()]
@@ -45,7 +46,7 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     elif isinstance(sasl, SaslInspect):
         request.append(sasl)
         response.append(sasl)
-    request += [ClientQuotasApi(quota_control, engine), FetchAsV15(),
+    request += [ClientQuotasApi(quota_control, engine, access), FetchAsV15(),
                 QuotaCharge(engine, cluster.topic_partitions)]
     response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
                  QuotaSettle(engine), ThrottleMerge()]

@@ -44,6 +44,7 @@ def reload_config(path: str, proxy: Reloadable) -> bool:
         file_quotas = validate_quota_entries(values.get("quotas", ()), path)
     except ConfigError as exc:
         log.error("config reload refused, the last good quotas stay in force: %s", exc)
+        proxy.quota_control.audit.file_refused(path, str(exc))
         return False
     current = proxy.settings
     ignored = sorted(k for k, v in values.items()
@@ -54,7 +55,7 @@ def reload_config(path: str, proxy: Reloadable) -> bool:
     if restart:
         log.warning("config reload: quota.%s changed; restart the proxy to apply",
                     ", quota.".join(restart))
-    proxy.quota_control.reload_file(file_quotas)
+    proxy.quota_control.reload_file(file_quotas, path)
     log.info("config reloaded from %s: %d quota entit%s in force, mode %s", path,
              len(proxy.quotas.entries()), "y" if len(proxy.quotas.entries()) == 1 else "ies",
              proxy.engine.settings.mode)

@@ -36,6 +36,8 @@ from kafka_quota_proxy.proxy.observability.usage_log import (
     UsageWriter,
     default_instance,
 )
+from kafka_quota_proxy.proxy.quotas.access import QuotaAccess, authenticates_clients, management_policy
+from kafka_quota_proxy.proxy.quotas.audit import QuotaAudit
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.reload import watch_config
@@ -61,13 +63,17 @@ class Proxy:
         self.upstream_ssl = upstream_context(settings.upstream_tls) if settings.upstream_tls else None
         self.cluster = Cluster(settings, self._open_node_listener, self.upstream_ssl)
         self.quotas = QuotaStore()
+        self.audit = QuotaAudit(
+            lambda source, outcome: self.metrics.quota_changes.labels(source, outcome).inc())
         self.quota_control = QuotaControl(
             self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
-            default_state_file(settings.config_path, settings.quota))
+            default_state_file(settings.config_path, settings.quota), self.audit)
+        self.quota_access = QuotaAccess(authenticates_clients(settings))
         self.engine = QuotaEngine(settings.quota, self.quotas)
         self.metrics.registry.register(QuotaCollector(self.engine))
         self.sasl_stage = self._sasl_stage(settings)
-        self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster)
+        self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster,
+                                       self.quota_access)
         self.usage: UsageMeter | None = None
         if settings.usage_log is not None:
             u = settings.usage_log
@@ -103,6 +109,10 @@ class Proxy:
         self._servers.append(server)
         log.info("listening on %s (bootstrap) for upstream %s; clients are told host %s",
                  s.listen, ", ".join(map(str, s.upstream)), s.effective_advertised_host)
+        policy, warnings = management_policy(s)
+        log.info("%s", policy)
+        for warning in warnings:
+            log.warning("%s", warning)
         if s.metrics is not None:
             self._metrics_server, _ = start_http_server(s.metrics.port, s.metrics.host,
                                                         registry=self.metrics.registry)

@@ -114,7 +114,9 @@ def test_alter_principals_refuses_everyone_else() -> None:
             request = alter([([("client-id", "c")], [("producer_byte_rate", 9e9, False)]),
                              ([("user", None)], [("consumer_byte_rate", 1.0, False)])])
             result = await c.call(request)
-            assert alter_results(result) == [(31, "Cluster authorization failed.")] * 2
+            # ANONYMOUS from loopback may only until alter_principals names who may.
+            assert alter_results(result) == [(31, "Principal ANONYMOUS may not alter client quotas: it "
+                                                  "is not in quota.alter_principals")] * 2
             assert [[(e.entity_type, e.entity_name) for e in entry.entity] for entry in result.entries] == [
                 [("client-id", "c")], [("user", None)]]
             assert h.proxy.quotas.entries() == {QuotaEntity(client_id="c"): {

@@ -29,6 +29,7 @@ from tests.proxy.quota_support import (
     entries,
     freeze,
     kafka_throttle,
+    metric,
     produce,
     run,
 )
@@ -187,3 +188,39 @@ def test_reload_reports_what_needs_a_restart(tmp_path: Path, caplog: pytest.LogC
         await broker.stop()
     with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
         run(scenario())
+
+
+def test_file_edits_and_refused_reloads_are_audited_and_the_state_file_is_private(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "proxy.yaml"
+    state = tmp_path / "proxy.yaml.quota-state.json"
+
+    async def scenario() -> None:
+        broker = await FakeBroker(Script()).start()
+        listen, node = free_port(), free_port()
+        write_config(path, broker, listen, node, quotas=[{"client-id": "c", "producer_byte_rate": 500}])
+        async with from_file(path, broker) as h:
+            write_config(path, broker, listen, node, quotas=[
+                {"client-id": "c", "producer_byte_rate": 700}, {"user": "bob", "consumer_byte_rate": 9}])
+            assert reload_config(str(path), h.proxy)
+            path.write_text("quotas: [{client-id: c, producer_byte_rate: -1}]\nupstream: x:1\n")
+            assert not reload_config(str(path), h.proxy)
+            c = await connect(h)  # ANONYMOUS from loopback, nobody named: may
+            assert alter_results(await c.call(alter([([("client-id", "e")], [("producer_byte_rate", 9.0,
+                                                                               False)])]))) == [(0, None)]
+            c.close()
+            assert [metric(h, "kafka_quota_proxy_quota_changes_total", source=s, outcome=o)
+                    for s, o in (("file", "accepted"), ("file", "refused"), ("api", "accepted"))] == [2, 1, 1]
+        assert state.stat().st_mode & 0o777 == 0o600
+
+    with caplog.at_level("INFO", logger="kafka_quota_proxy.audit"):
+        run(scenario())
+    lines = [r.getMessage() for r in caplog.records if r.name == "kafka_quota_proxy.audit"]
+    where = f"source=file principal=config-file address={path}"
+    assert lines[:3] == [
+        f"quota change accepted: {where} entity=[client-id=c] key=producer_byte_rate old=500 new=700",
+        f"quota change accepted: {where} entity=[user=bob] key=consumer_byte_rate old=none new=9",
+        f"quota change refused: {where} entity=[(whole file)] key=- old=none new=none "
+        f"reason='{path}: quotas[0]: Quota producer_byte_rate must be greater than 0'"]
+    assert lines[3].startswith("quota change accepted: source=api principal=ANONYMOUS address=127.0.0.1:")
+    assert lines[3].endswith(" entity=[client-id=e] key=producer_byte_rate old=none new=9")

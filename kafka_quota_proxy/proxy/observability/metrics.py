@@ -83,6 +83,9 @@ class ProxyMetrics:
                                             registry=r)
         self.connections_closed = Counter(p + "connections_closed", "Client connections closed",
                                           registry=r)
+        self.quota_changes = Counter(p + "quota_changes", "Quota changes asked for, by source (api, "
+                                     "file) and outcome (accepted, refused, validated)",
+                                     ["source", "outcome"], registry=r)
         self.protocol_errors = Counter(p + "protocol_errors", "Client connections closed for bad "
                                        "input, by kind", ["kind"], registry=r)
         self.auth_failures = Counter(p + "authentication_failures", "Failed SASL authentications "

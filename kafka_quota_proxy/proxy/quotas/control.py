@@ -8,11 +8,11 @@ touched. Deleting the state file (with the proxy stopped) hands every key back t
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kafka_quota_proxy.config.quota_state import ApiQuotaLayer, load_state, save_state
+from kafka_quota_proxy.proxy.quotas.audit import QuotaAudit
 from kafka_quota_proxy.quota.admin_api import (
     AlterResult,
     DescribeResult,
@@ -25,8 +25,6 @@ from kafka_quota_proxy.quota.admin_api import (
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
-log = logging.getLogger("kafka_quota_proxy.quotas")
-
 Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
 
 
@@ -34,8 +32,9 @@ class QuotaControl:
     """The quotas in force: the config file's, then those set through the API (kept in the state file)."""
 
     def __init__(self, store: QuotaStore, file_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]],
-                 state_path: Path | None) -> None:
+                 state_path: Path | None, audit: QuotaAudit | None = None) -> None:
         self.store = store
+        self.audit = audit or QuotaAudit()
         self.state_path = state_path
         self.layer = load_state(state_path) if state_path is not None else ApiQuotaLayer({}, {})
         self.file_quotas: Quotas = {e: dict(v) for e, v in file_quotas.items()}
@@ -47,8 +46,11 @@ class QuotaControl:
     def _apply(self) -> None:
         self.store.replace(self.effective())
 
-    def reload_file(self, file_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]]) -> None:
+    def reload_file(self, file_quotas: Mapping[QuotaEntity, Mapping[QuotaKey, float]],
+                    path: str = "") -> None:
+        before = self.file_quotas
         self.file_quotas = {e: dict(v) for e, v in file_quotas.items()}
+        self.audit.file_reload(path, before, self.file_quotas)
         self._apply()
 
     def describe(self, components: Sequence[WireComponent], strict: bool) -> DescribeResult:
@@ -64,7 +66,4 @@ class QuotaControl:
         if self.state_path is not None:
             save_state(self.state_path, self.layer)
         self._apply()
-        for change in result.changes:
-            log.info("quota %s for %s set to %s through AlterClientQuotas", change.key.value,
-                     change.entity.describe(), "(removed)" if change.value is None else change.value)
         return result

@@ -1,8 +1,15 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49), answered by the proxy itself, so
-`kafka-configs.sh --bootstrap-server PROXY` and AdminClient manage the quotas the proxy enforces."""
+`kafka-configs.sh --bootstrap-server PROXY` and AdminClient manage the quotas the proxy enforces.
+
+Only principals allowed to (proxy/quotas/access.py) may: anyone else gets
+CLUSTER_AUTHORIZATION_FAILED, as from a Kafka broker's authorizer, in Kafka's shape (Describe: the
+error and no entries; Alter: the error on every entry). Every change asked for, done or refused,
+is one audit line and one count (proxy/quotas/audit.py).
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, DescribeClientQuotasResponse
@@ -10,11 +17,22 @@ from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, Descri
 from kafka_quota_proxy.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED
 from kafka_quota_proxy.proxy.context import RequestContext
+from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
+from kafka_quota_proxy.proxy.quotas.audit import ACCEPTED, API, REFUSED, VALIDATED, wire_entity
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
+from kafka_quota_proxy.quota.admin_api import QuotaRequestError, entity_from_wire
+from kafka_quota_proxy.quota.entities import QuotaKey
+
+log = logging.getLogger("kafka_quota_proxy.quotas")
 
 SERVED = ((DESCRIBE_CLIENT_QUOTAS, 0, 1), (ALTER_CLIENT_QUOTAS, 0, 1))
+
+UPGRADE_NOTE = ("quota management through the proxy is closed unless quota.alter_principals says "
+                "who may change quotas (and quota.describe_principals who may read them); set "
+                "quota.alter_principals to your admin principals, or to [\"*\"] for the old open "
+                "behaviour (docs/quotas.md, \"Who may change quotas\")")
 
 
 class ClientQuotasApi(RequestStage):
@@ -22,20 +40,29 @@ class ClientQuotasApi(RequestStage):
 
     api_keys = frozenset({DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS})
 
-    def __init__(self, control: QuotaControl, engine: QuotaEngine) -> None:
+    def __init__(self, control: QuotaControl, engine: QuotaEngine, access: QuotaAccess) -> None:
         self.control = control
         self.engine = engine  # its settings change on reload
+        self.access = access
+        self._upgrade_noted = False
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         request = ctx.decode_request()
         if ctx.api_key == DESCRIBE_CLIENT_QUOTAS:
-            return Reply(self._describe(request, ctx.api_version))
+            return Reply(self._describe(request, ctx))
         return Reply(self._alter(request, ctx))
 
-    def _describe(self, request: Any, version: int) -> bytes:
+    def _describe(self, request: Any, ctx: RequestContext) -> bytes:
+        cls: Any = DescribeClientQuotasResponse
+        version = ctx.api_version
+        verdict = self.access.may_describe(self.engine.settings, ctx.conn.principal, ctx.conn.ip)
+        if not verdict.allowed:
+            self._note_upgrade()
+            msg = cls(version=version, throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
+                      error_message=verdict.reason, entries=None)
+            return bytes(msg.encode(version=version))
         result = self.control.describe(
             [(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
-        cls: Any = DescribeClientQuotasResponse
         entries = None
         if result.entries is not None:
             entries = [cls.EntryData(
@@ -50,14 +77,37 @@ class ClientQuotasApi(RequestStage):
         cls: Any = AlterClientQuotasResponse
         wire = [([(e.entity_type, e.entity_name) for e in entry.entity],
                  [(op.key, op.value, op.remove) for op in entry.ops]) for entry in request.entries]
-        allowed = self.engine.settings.alter_principals
-        if allowed is not None and ctx.conn.principal not in allowed:
-            results: list[tuple[int, str | None]] = [
-                (CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")] * len(wire)
+        conn = ctx.conn
+        verdict = self.access.may_alter(self.engine.settings, conn.principal, conn.ip)
+        before = self.control.effective()
+        results: list[tuple[int, str | None]]
+        if not verdict.allowed:
+            self._note_upgrade()
+            results = [(CLUSTER_AUTHORIZATION_FAILED, verdict.reason)] * len(wire)
         else:
             results = self.control.alter(wire, request.validate_only).results
+        done = VALIDATED if request.validate_only else ACCEPTED
+        for (code, message), (entity, ops) in zip(results, wire, strict=True):
+            try:
+                old = before.get(entity_from_wire(entity), {})
+            except QuotaRequestError:
+                old = {}
+            for key, value, remove in ops:
+                try:
+                    was = old.get(QuotaKey(key))
+                except ValueError:
+                    was = None
+                self.control.audit.record(
+                    API, REFUSED if code else done, conn.principal, conn.peer, wire_entity(entity), key,
+                    was, None if remove else value, message if code else None)
         msg = cls(version=ctx.api_version, throttle_time_ms=0, entries=[
             cls.EntryData(error_code=code, error_message=message, entity=[
                 cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity])
             for (code, message), (entity, _) in zip(results, wire, strict=True)])
         return bytes(msg.encode(version=ctx.api_version))
+
+    def _note_upgrade(self) -> None:
+        """Once a process, when the operator never said who may manage quotas: what to set."""
+        if self.engine.settings.alter_principals is None and not self._upgrade_noted:
+            self._upgrade_noted = True
+            log.warning("a quota request was refused: %s", UPGRADE_NOTE)

@@ -1,0 +1,61 @@
+"""The audit trail of quota changes: one log line and one count for every change asked for,
+through AlterClientQuotas or an edit of the config file, accepted or refused.
+
+Each line gives who asked (the principal, or `config-file`), from where (the client's address,
+or the file's path), the entity, the key, the value before and the value asked for. The lines go
+to the `kafka_quota_proxy.audit` logger, so they can be routed apart; they never hold
+credentials, only principal names.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+
+log = logging.getLogger("kafka_quota_proxy.audit")
+
+API, FILE = "api", "file"
+ACCEPTED, REFUSED, VALIDATED = "accepted", "refused", "validated"  # validated: validate_only
+
+Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
+
+
+def _value(value: float | None) -> str:
+    if value is None:
+        return "none"
+    return str(int(value)) if value == int(value) and abs(value) < 2**53 else repr(value)
+
+
+def wire_entity(entity: list[tuple[str, str | None]]) -> str:
+    """A wire entity as `type=name` pairs; the default (a null name) as <default>."""
+    return ", ".join(f"{kind}={'<default>' if name is None else name}" for kind, name in entity) or "(none)"
+
+
+class QuotaAudit:
+    """Records quota changes; `count(source, outcome)` keeps the metric."""
+
+    def __init__(self, count: Callable[[str, str], None] = lambda source, outcome: None) -> None:
+        self.count = count
+
+    def record(self, source: str, outcome: str, principal: str, address: str, entity: str, key: str,
+               old: float | None, new: float | None, reason: str | None = None) -> None:
+        self.count(source, outcome)
+        line = (f"quota change {outcome}: source={source} principal={principal} address={address} "
+                f"entity=[{entity}] key={key} old={_value(old)} new={_value(new)}")
+        if reason:
+            line += f" reason={reason!r}"
+        log.log(logging.WARNING if outcome == REFUSED else logging.INFO, "%s", line)
+
+    def file_reload(self, path: str, before: Quotas, after: Quotas) -> None:
+        """Every key an edit of the config file changed, in a stable order."""
+        for entity in sorted(set(before) | set(after), key=lambda e: e.describe()):
+            old, new = before.get(entity, {}), after.get(entity, {})
+            for key in sorted(set(old) | set(new)):
+                if old.get(key) != new.get(key):
+                    self.record(FILE, ACCEPTED, "config-file", path, entity.describe(), key.value,
+                                old.get(key), new.get(key))
+
+    def file_refused(self, path: str, reason: str) -> None:
+        self.record(FILE, REFUSED, "config-file", path, "(whole file)", "-", None, None, reason)
