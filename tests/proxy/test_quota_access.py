@@ -239,3 +239,18 @@ def test_check_config_says_who_may_and_warns_when_open_to_everyone(
         "  quota management: alter by everyone; describe by everyone",
         '  warning: quota.alter_principals is ["*"] while clients authenticate: every client, tenants '
         "included, may change every quota; name the admin principals instead"]
+
+
+def test_start_says_who_may_and_warns_when_open_to_everyone(tmp_path: Path,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with running(**sasl(tmp_path, alter_principals=["*"])):
+            pass
+    with caplog.at_level(logging.INFO, logger="kafka_quota_proxy"):
+        run(scenario())
+    said = [(r.levelname, r.getMessage()) for r in caplog.records if "quota" in r.getMessage()
+            and r.name == "kafka_quota_proxy"]
+    assert said == [
+        ("INFO", "quota management: alter by everyone; describe by everyone"),
+        ("WARNING", 'quota.alter_principals is ["*"] while clients authenticate: every client, tenants '
+                    "included, may change every quota; name the admin principals instead")]
