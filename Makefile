@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean
+.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean faults-broker
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ lint: $(STAMP)
 # fuzz: (tests/fuzz)
 
 # faults: (broker and proxy faults under load)
+# Broker faults under load through the proxy, each fault 3 times on Tansu storing in S3, plus a
+# kill -9 straight to Tansu as the control; prints the table of docs/reliability.md (~15 min).
+faults-broker: $(STAMP)
+	$(BIN)/python -m devkit.broker_faults --repeat 3 --direct
 
 # load: (10k connections, floods, slow clients)
 

@@ -1,5 +1,6 @@
 """The one Tansu launcher that the demo, the tests and the benchmarks share: a Tansu broker
-(memory storage) as a child process on a free loopback port.
+as a child process on a free loopback port, storing in memory or, for the fault tests, in S3
+(devkit.s3), where it keeps its records across a kill -9 and a restart.
 
 The child runs in its own session, so a Ctrl-C at the terminal reaches only its parent, which
 then stops it in order; on Linux it also dies with its parent if that is killed outright.
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +64,17 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """Where Tansu stores: its --storage-engine URL and the environment that URL needs."""
+
+    url: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+MEMORY = Storage("memory://tansu/")
+
+
 def _listening(port: int) -> bool:
     try:
         with socket.create_connection((LOOPBACK, port), timeout=0.5):
@@ -72,11 +85,18 @@ def _listening(port: int) -> bool:
 
 @dataclass
 class Broker:
-    """A Tansu broker (memory storage) on a free port, as a child process in its own session."""
+    """A Tansu broker on a free port, as a child process in its own session.
+
+    `restart()` starts it again on the same port and storage after `kill()` (SIGKILL) or
+    `stop()`; `pause()` and `resume()` send SIGSTOP and SIGCONT."""
 
     port: int = field(default_factory=free_port)
     binary: str | None = None  # the Tansu binary; None: tansu_binary()'s choice
     log_dir: Path | None = None  # where tansu.log goes; None: a temporary file of its own
+    storage: Storage = MEMORY
+    # The address told to clients in Metadata ("host:port"); None: its own. A fault-injecting
+    # relay in front of the broker (devkit.relay) advertises itself here.
+    advertised: str | None = None
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
 
@@ -89,10 +109,14 @@ class Broker:
         return HostPort(LOOPBACK, self.port)
 
     def start(self, timeout: float = 30.0) -> Broker:
-        """Start Tansu and wait until it listens; BrokerError (with its log's tail) if it does not."""
+        """Start Tansu and wait until it listens; BrokerError (with its log's tail) if it does not.
+        A restart appends to the log of the run before."""
         binary = tansu_binary(self.binary)
-        url = f"tcp://{LOOPBACK}:{self.port}"
-        if self.log_dir is not None:
+        url = f"tcp://{self.address}"
+        advertised = f"tcp://{self.advertised}" if self.advertised else url
+        if self.log_path is not None:
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        elif self.log_dir is not None:
             self.log_path = self.log_dir / "tansu.log"
             fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         else:
@@ -100,10 +124,11 @@ class Broker:
             self.log_path = Path(path)
         try:
             self.proc = subprocess.Popen(
-                [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
+                [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised,
+                 "--storage-engine", self.storage.url],
                 stdin=subprocess.DEVNULL, stdout=fd, stderr=subprocess.STDOUT,
-                env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
+                env={**os.environ, **self.storage.env,
+                     "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
                 start_new_session=True,
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
         finally:
@@ -152,6 +177,31 @@ class Broker:
         if self.proc is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(10)
+
+    def kill(self) -> None:
+        """kill -9: no chance to flush or close anything; waits until it is gone."""
+        if self.proc is None or self.proc.poll() is not None:
+            raise BrokerError("Tansu is not running")
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def restart(self, timeout: float = 30.0) -> Broker:
+        """Start again on the same port, storage and log, once the last run has ended."""
+        if not self.stopped:
+            raise BrokerError(f"Tansu is still running on {self.address}: kill() or stop() it first")
+        return self.start(timeout)
+
+    def pause(self) -> None:
+        """SIGSTOP: the broker holds its connections and answers nothing until resume()."""
+        self._signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        self._signal(signal.SIGCONT)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            raise BrokerError("Tansu is not running")
+        self.proc.send_signal(sig)
 
     @property
     def stopped(self) -> bool:
