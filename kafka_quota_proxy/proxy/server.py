@@ -65,7 +65,7 @@ class Proxy:
             self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
             default_state_file(settings.config_path, settings.quota))
         self.engine = QuotaEngine(settings.quota, self.quotas)
-        self.metrics.registry.register(QuotaCollector(self.engine))
+        self.metrics.registry.register(QuotaCollector(self.engine, lambda: self._loop))
         self.sasl_stage = self._sasl_stage(settings)
         self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster)
         self.usage: UsageMeter | None = None
