@@ -99,6 +99,8 @@ class Records:
     duplicated_idempotent: int  # in the log more than once, from an idempotent producer
     duplicated_other: int  # in the log more than once, from aiokafka (not idempotent)
     group_repeats: int  # read twice by the group (a rebalance re-reads from the committed offset)
+    examples: list[str]  # a few missing records, as producer/sequence
+
 
     @property
     def ok(self) -> bool:
@@ -108,12 +110,15 @@ class Records:
         return [f"records: {self.acked} acknowledged; missing from the log {self.missing_fetch}, "
                 f"from the group {self.missing_group}; in the log twice: {self.duplicated_idempotent} "
                 f"from idempotent producers, {self.duplicated_other} from aiokafka; read twice by the "
-                f"group {self.group_repeats}"]
+                f"group {self.group_repeats}"] + [f"  missing: {x}" for x in self.examples]
 
 
 def records(acked: set[int], idempotent: set[int], in_log: set[int], log_repeats: list[int],
             group_seen: set[int], group_repeats: list[int]) -> Records:
     repeats = [k for k in set(log_repeats) if k in acked]
     dup_idem = sum(1 for k in repeats if k >> 56 in idempotent)
+    missing = sorted((acked - in_log) | (acked - group_seen))[:5]
+    examples = [f"{k >> 56}/{k & ((1 << 56) - 1)} (log: {k in in_log}, group: {k in group_seen})"
+                for k in missing]
     return Records(len(acked), len(acked - in_log), len(acked - group_seen), dup_idem,
-                   len(repeats) - dup_idem, len(group_repeats))
+                   len(repeats) - dup_idem, len(group_repeats), examples)

@@ -156,7 +156,10 @@ class KafkaPythonProducer(Worker):
             future.add_callback(lambda md, s=seq: self.ledger.ack(self.index, s))
             future.add_errback(lambda exc: self.ledger.error(f"{self.name}: {exc!r}"))
             seq += 1
-        self.producer.flush(timeout=FLUSH_SECONDS)
+        try:
+            self.producer.flush(timeout=FLUSH_SECONDS)
+        except Exception as exc:  # kafka-python's KafkaTimeoutError: reported, not raised
+            self.fail(f"flush: {exc!r}")
         self.producer.close(timeout=10)
 
 
@@ -177,6 +180,7 @@ class Reader(Worker):
         self.seen: set[int] = set()
         self.repeats: list[int] = []
         self.errors: list[str] = []
+        self.positions: list[str] = []  # at the end, per partition: position / high watermark
 
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -197,6 +201,12 @@ class Reader(Worker):
                     self.repeats.append(key)
                 else:
                     self.seen.add(key)
+        try:
+            for tp in c.position(c.assignment()):
+                high = c.get_watermark_offsets(tp, timeout=5)[1]
+                self.positions.append(f"{tp.partition}: {tp.offset}/{high}")
+        except Exception as exc:
+            self.positions.append(repr(exc))
         c.close()
 
 
