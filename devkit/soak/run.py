@@ -23,6 +23,7 @@ from devkit.soak.workload import (
     Reader,
     Worker,
     pause,
+    read_back,
     resume,
     stop_all,
 )
@@ -178,19 +179,22 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         while time.monotonic() < deadline and not (ledger.acked <= fetch.seen and ledger.acked <= group.seen):
             time.sleep(0.5)
         stuck += stop_all([group, fetch], 30.0)
+        log = read_back(proxy.bootstrap, TOPIC, PARTITIONS)
+        say(f"read back: {len(log.seen)} records, partitions at {log.positions}")
         exit_code = proxy.terminate()
         log_text = proxy.log_text()
         (out / "proxy.log").write_text(log_text)
         failures = [f"{w.name}: {f}" for w in workers for f in w.failures] + ledger.errors
         failures += [f"{r.name}: {e}" for r in (group, fetch) for e in r.errors]
-        say(f"positions/high watermarks: plain fetch {fetch.positions}, group {group.positions}")
+        failures += [f"read back: {e}" for e in log.errors]
+        say(f"positions by partition: plain fetch {fetch.positions}, group {group.positions}")
         failures += [f"{name}: did not stop" for name in stuck]
         failures += [f"{p.name}: {p.unflushed} not flushed"
                      for p in (steady, throttled) if p.unflushed]
         outcome = Outcome(
             plan, taken, verdict.memory(taken, plan.warm_up, plan.window), verdict.descriptors(taken),
-            verdict.records(ledger.acked, ledger.idempotent, fetch.seen, fetch.repeats, group.seen,
-                            group.repeats),
+            verdict.records(ledger.acked, ledger.idempotent, log.seen, log.repeats, group.seen,
+                            group.repeats, fetch.seen),
             verdict.log_problems(log_text), dict(verdict.warnings(log_text)), failures,
             counts={"AlterClientQuotas": quotas.changes, "config rewrites": rewriter.rewrites,
                     "config reloads": log_text.count("config reloaded from"),

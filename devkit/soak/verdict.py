@@ -94,12 +94,13 @@ def warnings(text: str) -> Counter[str]:
 @dataclass(slots=True)
 class Records:
     acked: int
-    missing_fetch: int  # acknowledged, never read back by plain fetches of the whole log
+    missing_fetch: int  # acknowledged, not in the log read back from the beginning at the end
     missing_group: int  # acknowledged, never read by the consumer group
     duplicated_idempotent: int  # in the log more than once, from an idempotent producer
     duplicated_other: int  # in the log more than once, from aiokafka (not idempotent)
     group_repeats: int  # read twice by the group (a rebalance re-reads from the committed offset)
     examples: list[str]  # a few missing records, as producer/sequence
+    live_skipped: int = 0  # in the log, but passed over by the plain-fetch reader that ran throughout
 
 
     @property
@@ -110,15 +111,17 @@ class Records:
         return [f"records: {self.acked} acknowledged; missing from the log {self.missing_fetch}, "
                 f"from the group {self.missing_group}; in the log twice: {self.duplicated_idempotent} "
                 f"from idempotent producers, {self.duplicated_other} from aiokafka; read twice by the "
-                f"group {self.group_repeats}"] + [f"  missing: {x}" for x in self.examples]
+                f"group {self.group_repeats}; passed over by the live plain-fetch reader "
+                f"{self.live_skipped}"] + [f"  missing: {x}" for x in self.examples]
 
 
 def records(acked: set[int], idempotent: set[int], in_log: set[int], log_repeats: list[int],
-            group_seen: set[int], group_repeats: list[int]) -> Records:
+            group_seen: set[int], group_repeats: list[int], live_seen: set[int] | None = None) -> Records:
     repeats = [k for k in set(log_repeats) if k in acked]
     dup_idem = sum(1 for k in repeats if k >> 56 in idempotent)
-    missing = sorted((acked - in_log) | (acked - group_seen))[:5]
-    examples = [f"{k >> 56}/{k & ((1 << 56) - 1)} (log: {k in in_log}, group: {k in group_seen})"
-                for k in missing]
+    live = in_log if live_seen is None else live_seen
+    missing = sorted((acked - in_log) | (acked - group_seen) | (acked - live))[:5]
+    examples = [f"{k >> 56}/{k & ((1 << 56) - 1)} (log: {k in in_log}, group: {k in group_seen}, "
+                f"live reader: {k in live})" for k in missing]
     return Records(len(acked), len(acked - in_log), len(acked - group_seen), dup_idem,
-                   len(repeats) - dup_idem, len(group_repeats), examples)
+                   len(repeats) - dup_idem, len(group_repeats), examples, len((acked & in_log) - live))

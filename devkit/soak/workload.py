@@ -14,6 +14,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -180,7 +181,7 @@ class Reader(Worker):
         self.seen: set[int] = set()
         self.repeats: list[int] = []
         self.errors: list[str] = []
-        self.positions: list[str] = []  # at the end, per partition: position / high watermark
+        self.positions: list[int] = []  # at the end, each partition's position
 
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -201,13 +202,46 @@ class Reader(Worker):
                     self.repeats.append(key)
                 else:
                     self.seen.add(key)
-        try:
-            for tp in c.position(c.assignment()):
-                high = c.get_watermark_offsets(tp, timeout=5)[1]
-                self.positions.append(f"{tp.partition}: {tp.offset}/{high}")
-        except Exception as exc:
-            self.positions.append(repr(exc))
+        self.positions = [tp.offset for tp in sorted(c.position(c.assignment()), key=lambda tp: tp.partition)]
         c.close()
+
+
+@dataclass
+class ReadBack:
+    """The whole log as a fresh consumer read it after the workload stopped."""
+
+    seen: set[int]
+    repeats: list[int]
+    positions: list[int]
+    errors: list[str]
+
+
+def read_back(bootstrap: str, topic: str, partitions: int, idle_seconds: float = 5.0) -> ReadBack:
+    """Read every partition from the beginning by plain fetches until nothing more has come for
+    `idle_seconds`."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c: Any = Consumer({"bootstrap.servers": bootstrap, "client.id": "soak-read-back",
+                       "group.id": "soak-read-back-unused", "enable.auto.commit": False})
+    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    out = ReadBack(set(), [], [], [])
+    last = time.monotonic()
+    while time.monotonic() - last < idle_seconds:
+        batch = c.consume(num_messages=1000, timeout=0.5)
+        if batch:
+            last = time.monotonic()
+        for msg in batch:
+            if msg.error() is not None:
+                out.errors.append(str(msg.error()))
+                continue
+            key = int.from_bytes(msg.key(), "big")
+            if key in out.seen:
+                out.repeats.append(key)
+            else:
+                out.seen.add(key)
+    out.positions = [tp.offset for tp in sorted(c.position(c.assignment()), key=lambda tp: tp.partition)]
+    c.close()
+    return out
 
 
 class Churn(Worker):

@@ -92,6 +92,10 @@ def test_records_exactly_once_for_idempotent_producers_only() -> None:
     assert not dup.ok and dup.duplicated_idempotent == 1
     lost = verdict.records(acked, {1}, acked - {key(12, 1)}, [], acked - {key(1, 0)}, [])
     assert not lost.ok and (lost.missing_fetch, lost.missing_group) == (1, 1)
+    assert lost.examples == ["1/0 (log: True, group: False, live reader: True)",
+                             "12/1 (log: False, group: True, live reader: False)"]
+    skipped = verdict.records(acked, {1}, acked, [], acked, [], live_seen=acked - {key(1, 1)})
+    assert skipped.ok and skipped.live_skipped == 1  # reported; the log read back at the end has it
 
 
 def test_samples_survive_the_csv(tmp_path: Path) -> None:
