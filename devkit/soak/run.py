@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 from devkit.processes import ProxyProcess
 from devkit.soak import samples as sampling
 from devkit.soak import verdict
+from devkit.soak.quota_admin import QuotaAdmin
 from devkit.soak.samples import Sample
 from devkit.soak.workload import (
     AbruptCloser,
@@ -133,7 +135,8 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         host, port = proxy.bootstrap.rsplit(":", 1)
         ledger = Ledger()
         steady = ConfluentProducer(proxy.bootstrap, TOPIC, "soak-steady", 1, 200, ledger)
-        throttled = ConfluentProducer(proxy.bootstrap, TOPIC, "soak-throttled", 2, None, ledger)
+        throttled = ConfluentProducer(proxy.bootstrap, TOPIC, "soak-throttled", 2, None, ledger,
+                                      **{"queue.buffering.max.kbytes": 128})
         kafka_python = KafkaPythonProducer(proxy.bootstrap, TOPIC, "soak-kafka-python", 3, 100, ledger)
         group = Reader(proxy.bootstrap, TOPIC, PARTITIONS, "soak-group-reader", "soak-group")
         fetch = Reader(proxy.bootstrap, TOPIC, PARTITIONS, "soak-fetch-reader", None)
@@ -151,6 +154,7 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
                                  len(fetch.seen), quiet)
 
         taken: list[Sample] = []
+        scrape_failures: list[str] = []
         quiet_done = False
         next_sample = 0.0
         while (elapsed := time.monotonic() - start) < plan.seconds:
@@ -158,7 +162,12 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
                 taken.append(_quiet_reading(proxy, churn, take))
                 quiet_done = True
             elif elapsed >= next_sample:
-                s = take(False)
+                try:
+                    s = take(False)
+                except OSError as exc:  # /metrics did not answer (HTTPError is an OSError): a failure
+                    scrape_failures.append(f"scrape at {elapsed:.0f} s: {exc!r}")
+                    next_sample += plan.sample_every
+                    continue
                 taken.append(s)
                 while next_sample <= elapsed:  # after a quiet reading, no catching up
                     next_sample += plan.sample_every
@@ -168,25 +177,33 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
                         f"group {s.consumed_group:8d}  throttled {s.throttled_requests}")
             time.sleep(0.2)
         taken.append(_quiet_reading(proxy, churn, take))
-        say("stopping the workload; waiting for the readers to catch up")
+        say(f"{time.monotonic() - start:6.0f} s  stopping the workload")
         stuck = stop_all([*churn, quotas, rewriter], 60.0)
-        # The operator lifts the kafka-python producer's quota, so that its backlog (it is paced
-        # above the lower quota) drains in seconds rather than at 24 KiB/s.
+        # The operator lifts the throttled producers' quotas, so that what they have in flight
+        # drains in seconds rather than at 24 or 32 KiB/s.
         rewriter.write(YAML_VARIANTS[1])
+        lift = QuotaAdmin(host, int(port))
+        with contextlib.suppress(OSError):
+            lift.alter([("client-id", "soak-throttled")], "producer_byte_rate", 1024 * 1024)
+        lift.close()
         time.sleep(2.0)  # the proxy polls its config once a second
         stuck += stop_all(producers, 120.0)
+        say(f"{time.monotonic() - start:6.0f} s  producers stopped; waiting for the readers to catch up")
         deadline = time.monotonic() + CATCH_UP_SECONDS
         while time.monotonic() < deadline and not (ledger.acked <= fetch.seen and ledger.acked <= group.seen):
             time.sleep(0.5)
         stuck += stop_all([group, fetch], 30.0)
+        say(f"{time.monotonic() - start:6.0f} s  readers stopped; reading the log back")
         log = read_back(proxy.bootstrap, TOPIC, PARTITIONS)
-        say(f"read back: {len(log.seen)} records, partitions at {log.positions}")
+        say(f"{time.monotonic() - start:6.0f} s  read back: {len(log.seen)} records, partitions at "
+            f"{log.positions}")
         exit_code = proxy.terminate()
+        say(f"{time.monotonic() - start:6.0f} s  proxy stopped (SIGTERM)")
         log_text = proxy.log_text()
         (out / "proxy.log").write_text(log_text)
         failures = [f"{w.name}: {f}" for w in workers for f in w.failures] + ledger.errors
         failures += [f"{r.name}: {e}" for r in (group, fetch) for e in r.errors]
-        failures += [f"read back: {e}" for e in log.errors]
+        failures += [f"read back: {e}" for e in log.errors] + scrape_failures
         say(f"positions by partition: plain fetch {fetch.positions}, group {group.positions}")
         failures += [f"{name}: did not stop" for name in stuck]
         failures += [f"{p.name}: {p.unflushed} not flushed"

@@ -216,7 +216,7 @@ class ReadBack:
     errors: list[str]
 
 
-def read_back(bootstrap: str, topic: str, partitions: int, idle_seconds: float = 5.0) -> ReadBack:
+def read_back(bootstrap: str, topic: str, partitions: int, idle_seconds: float = 3.0) -> ReadBack:
     """Read every partition from the beginning by plain fetches until nothing more has come for
     `idle_seconds`."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
