@@ -70,7 +70,7 @@ class Proxy:
             default_state_file(settings.config_path, settings.quota), self.audit)
         self.quota_access = QuotaAccess(authenticates_clients(settings))
         self.engine = QuotaEngine(settings.quota, self.quotas)
-        self.metrics.registry.register(QuotaCollector(self.engine))
+        self.metrics.registry.register(QuotaCollector(self.engine, lambda: self._loop))
         self.sasl_stage = self._sasl_stage(settings)
         self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster,
                                        self.quota_access)

@@ -5,11 +5,19 @@ Reading at scrape time costs nothing per request, and the series are exactly the
 sensors: their number is bounded by quota.max_tracked_entities and they expire after an hour
 idle, like Kafka's. Labels `user` and `client_id` are the sensor's tags (a user's tag is its
 sanitized principal; an empty tag means the measurement is shared, as in Kafka's JMX names).
+
+The state read belongs to the event loop: every request moves its sensor within an ordered dict,
+adds throttle records, and a scrape expires idle sensors. The metrics endpoint serves scrapes on
+its own thread, so a scrape is handed to the loop and read there; read from the HTTP thread, a
+scrape that met a request mid-iteration failed with "OrderedDict mutated during iteration" (HTTP
+500), found by the soak (docs/reliability.md, "Soak").
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -24,15 +32,36 @@ from kafka_quota_proxy.quota.token_bucket import TokenBucket
 
 P = METRIC_PREFIX
 LABELS = ["scope", "user", "client_id"]
+SCRAPE_TIMEOUT_SECONDS = 10.0  # a loop that cannot spare a moment for this long fails the scrape
 
 
 class QuotaCollector(Collector):
-    """Exports the quota engine's state at scrape time: quotas, rates, throttles, per entity."""
+    """Exports the quota engine's state at scrape time: quotas, rates, throttles, per entity.
 
-    def __init__(self, engine: QuotaEngine) -> None:
+    `loop` gives the event loop that owns the engine (None before it runs); a scrape from another
+    thread is read on that loop."""
+
+    def __init__(self, engine: QuotaEngine,
+                 loop: Callable[[], asyncio.AbstractEventLoop | None] = lambda: None) -> None:
         self.engine = engine
+        self.loop = loop
 
     def collect(self) -> Iterator[Any]:
+        loop = self.loop()
+        if loop is None or not loop.is_running() or _running_loop() is loop:
+            return iter(list(self._collect()))
+        read: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
+
+        def on_loop() -> None:
+            try:
+                read.set_result(list(self._collect()))
+            except BaseException as exc:  # handed to the scraping thread, which reports it
+                read.set_exception(exc)
+
+        loop.call_soon_threadsafe(on_loop)
+        return iter(read.result(SCRAPE_TIMEOUT_SECONDS))
+
+    def _collect(self) -> Iterator[Any]:
         engine = self.engine
         now = engine.clock()
         byte_rate = GaugeMetricFamily(P + "byte_rate", "Measured bytes/s per quota entity, as Kafka's "
@@ -142,3 +171,10 @@ class QuotaCollector(Collector):
             for user_tag, count in m.rejections.items():
                 rejections.add_metric([scope, user_tag], count)
         yield from (rate, tracked, fp_rate, rejections, users, size, dropped, overfull)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
