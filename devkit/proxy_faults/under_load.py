@@ -8,7 +8,14 @@ import uuid
 from dataclasses import dataclass, field
 
 from devkit.processes import ProxyProcess
-from devkit.proxy_faults.workload import NumberedProducer, Reader, Verdict, check, create_topic, read_from_broker
+from devkit.proxy_faults.workload import (
+    NumberedProducer,
+    Reader,
+    Verdict,
+    check,
+    create_topic,
+    read_from_broker,
+)
 from devkit.tansu import Broker
 
 FAULTS = ("sigterm", "kill")

@@ -108,7 +108,7 @@ class Reader:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            msg = self.consumer.poll(0.2)
+            msg: Any = self.consumer.poll(0.2)
             if msg is None or msg.error() is not None:
                 continue
             self.seen[msg.partition()].append(int(msg.value()))
@@ -154,7 +154,7 @@ def read_from_broker(address: str, topic: str, partitions: int,
                 raise TimeoutError(f"read {sum(map(len, records.values()))} records of {topic}; "
                                    f"partitions {sorted(at_end)} of {partitions} at their end "
                                    f"after {timeout:.0f}s")
-            msg = consumer.poll(0.5)
+            msg: Any = consumer.poll(0.5)
             if msg is None:
                 continue
             if msg.error() is not None:
