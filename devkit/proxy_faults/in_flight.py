@@ -72,7 +72,7 @@ def _long_poll(topic: str) -> bytes:
     return bytes(req.encode(version=4, header=True, framed=True))
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
     """Up to `n` bytes, fewer only at the end of the stream (ConnectionResetError on a reset)."""
     data = bytearray()
     while len(data) < n:
@@ -87,8 +87,8 @@ def _read_answers(sock: socket.socket, result: InFlightResult) -> None:
     sock.settimeout(20)
     while True:
         try:
-            head = _recv_exactly(sock, 4)
-            body = _recv_exactly(sock, struct.unpack(">i", head)[0]) if len(head) == 4 else b""
+            head = recv_exactly(sock, 4)
+            body = recv_exactly(sock, struct.unpack(">i", head)[0]) if len(head) == 4 else b""
         except ConnectionResetError:
             return
         if len(head) < 4:
@@ -174,11 +174,11 @@ def slow_reader_then_sigterm(broker: Broker, node_id: int, n: int = 20) -> SlowR
             sock.settimeout(20)
             try:
                 while True:
-                    head = _recv_exactly(sock, 4)
+                    head = recv_exactly(sock, 4)
                     if not head:
                         result.ending = "end of stream"
                         break
-                    body = _recv_exactly(sock, struct.unpack(">i", head)[0]) if len(head) == 4 else b""
+                    body = recv_exactly(sock, struct.unpack(">i", head)[0]) if len(head) == 4 else b""
                     if len(head) < 4 or len(body) < struct.unpack(">i", head)[0]:
                         result.ending = "cut short"
                         break
