@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from devkit.proxy_faults import in_flight, under_load
+from devkit.proxy_faults import file_kills, in_flight, under_load
 from devkit.tansu import Broker
 
 pytestmark = pytest.mark.integration
@@ -69,3 +71,12 @@ def test_fault_under_load_loses_no_acknowledged_record(broker: Broker, broker_no
         # Every request the producer had in flight was answered before the proxy went away.
         assert run.verdict.offset_unknown == 0
         assert "Traceback" not in "".join(run.proxy_logs)
+
+
+def test_the_proxy_killed_while_changing_quotas_keeps_every_acknowledged_change(
+        broker: Broker, broker_node_id: int, tmp_path: Path) -> None:
+    report = file_kills.proxy_kills(broker, broker_node_id, tmp_path, kills=3, seed=5)
+    assert report.torn == [], report
+    assert report.whole == report.kills == 3
+    assert report.versions_finished > 3  # changes were acknowledged between the kills
+    assert report.leftovers_end == 0
