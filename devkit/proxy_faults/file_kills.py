@@ -225,10 +225,11 @@ def cli_kills(directory: Path, kills: int, seed: int = 1) -> KillReport:
     added = ["u0"]
 
     def read() -> int | None:
-        names = list(read_users(path, missing_ok=True))
-        if names != sorted(names, key=lambda n: int(n[1:])) or names[: len(added)] != added:
-            raise ValueError(f"users {names}")
-        return len(names)
+        names = set(read_users(path, missing_ok=True))
+        for count in (len(added), len(added) + 1):
+            if names == {f"u{i}" for i in range(count)}:
+                return count
+        raise ValueError(f"users {sorted(names)}, expected u0..u{len(added) - 1} and perhaps u{len(added)}")
 
     for _ in range(kills):
         name = f"u{len(added)}"
