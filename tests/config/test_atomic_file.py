@@ -56,7 +56,7 @@ def test_the_file_is_synced_then_renamed_then_the_directory_synced(tmp_path: Pat
     if run.returncode != 0 and "ptrace" in run.stderr:
         pytest.skip(f"strace cannot trace here: {run.stderr.strip()[:200]}")
     assert run.returncode == 0, run.stderr
-    calls = [line.split(" ", 1)[1] for line in trace.read_text().splitlines() if " " in line]
+    calls = [re.sub(r"^\d+\s+", "", line) for line in trace.read_text().splitlines()]  # "<pid>  <call>"
 
     def first(pattern: str, after: int = -1) -> int:
         return next(i for i, c in enumerate(calls) if i > after and re.match(pattern, c))
