@@ -9,7 +9,9 @@
 a password is changed). The password is read from one line of standard input with
 --password-stdin, otherwise asked for twice at the terminal without echo; it is never printed
 or logged. Each change rewrites the file atomically, so a running proxy can reload it at any
-time. Errors are one line and exit status 2, raised as ConfigError for proxy.cli to print.
+time. `add` and `remove` hold a lock on `<file>.lock` while they read, change and write the
+file, so that two run at once both land (config/file_lock.py). Errors are one line and exit
+status 2, raised as ConfigError for proxy.cli to print.
 """
 
 from __future__ import annotations
@@ -17,13 +19,17 @@ from __future__ import annotations
 import argparse
 import getpass
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 from kafka_quota_proxy.config.credentials_file import load_credentials, save_credentials
 from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.file_lock import lock_path, locked
 from kafka_quota_proxy.identity.credentials import (
     MECHANISMS,
     CredentialError,
+    CredentialStore,
     normalise_mechanisms,
 )
 
@@ -66,27 +72,44 @@ def _add(name: str, path: str, password_stdin: bool, mechanisms_text: str) -> in
         mechanisms = normalise_mechanisms(m for m in mechanisms_text.split(",") if m.strip())
     except CredentialError as e:
         raise ConfigError("--mechanisms", e.message) from None
-    store = load_credentials(path, missing_ok=True)  # a bad file is refused, never overwritten
+    load_credentials(path, missing_ok=True)  # a bad file is refused before asking anything
     password = _read_password_stdin() if password_stdin else _prompt_password(name)
+    new = CredentialStore()
     try:
-        is_new = store.add(name, password, mechanisms)
+        new.add(name, password, mechanisms)  # hashed before taking the lock: it takes a while
     except CredentialError as e:
         raise ConfigError(e.key, e.message) from None
-    save_credentials(store, path)
+    with _locked(path):
+        store = load_credentials(path, missing_ok=True)  # as it is now, other changes included
+        is_new = name not in store
+        store = CredentialStore({**store.entries(), name: new.entries()[name]})
+        save_credentials(store, path)
     verb = "Added" if is_new else "Updated"
     print(f"{verb} user {_show(name)} ({', '.join(mechanisms)}) in {path}")
     return 0
 
 
 def _remove(name: str, path: str) -> int:
-    store = load_credentials(path)
-    try:
-        store.remove(name)
-    except KeyError:
-        raise ConfigError("user", f"no user {_show(name)}", path) from None
-    save_credentials(store, path)
+    with _locked(path):
+        store = load_credentials(path)
+        try:
+            store.remove(name)
+        except KeyError:
+            raise ConfigError("user", f"no user {_show(name)}", path) from None
+        save_credentials(store, path)
     print(f"Removed user {_show(name)} from {path}")
     return 0
+
+
+@contextmanager
+def _locked(path: str) -> Iterator[None]:
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(locked(Path(path)))
+        except OSError as e:
+            raise ConfigError("credentials", f"cannot lock {lock_path(Path(path))}: "
+                                             f"{e.strerror or e}", path) from None
+        yield
 
 
 def _list(path: str) -> int:

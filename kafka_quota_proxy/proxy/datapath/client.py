@@ -49,6 +49,9 @@ log = logging.getLogger("kafka_quota_proxy.connection")
 # the newest this many. A broker that answers does so in turn, long before this many more are
 # sent; against one that never answers (Kafka), this bounds what a pure acks=0 stream keeps.
 UNASKED_TRACKED = 4096
+# After a drain has answered everything, how long a connection waits for the client to close its
+# side before closing anyway (`_linger`). Kafka clients close as soon as they read the end.
+LINGER_SECONDS = 5.0
 
 
 def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> asyncio.TimerHandle:
@@ -79,6 +82,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         # Forwarded acks=0 Produce requests, by request order, that the broker may yet answer.
         self._unasked: deque[tuple[int, RequestHeader]] = deque(maxlen=UNASKED_TRACKED)
         self._draining = False
+        self._lingering = False  # drained: half-closed, dropping input until the client closes
+        self._linger_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
         # Frames read but not yet handled: a pause that holds (`_holds`) began while they were
@@ -168,7 +173,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.close()
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self._closed or self._lingering:
             return
         if self._proxy_header is not None:
             self._receive_proxy_header(data)
@@ -316,6 +321,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._unmute.cancel()
         if self._header_timer is not None:
             self._header_timer.cancel()
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
         self.proxy.connection_closed(self)
 
     # -- broker side -----------------------------------------------------------------------------
@@ -379,7 +386,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._flush()
 
     def _write(self, data: Response) -> None:
-        if self._closed or self.transport is None:
+        if self._closed or self._lingering or self.transport is None:
             return
         corked = self._corked
         if corked is not None:
@@ -419,7 +426,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._write(response)
             self._written(pending, size)
         if self._draining and not inflight:
-            self.close()
+            self._linger()
 
     def _written(self, pending: Pending, size: int) -> None:
         """A response has gone out whole: count it, and start its throttle."""
@@ -435,7 +442,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     def mute(self, throttle_ms: int) -> None:
         """Stop reading this client's requests for the throttle time (KIP-219), for old and new
         clients alike: the response has gone out at once, the next request waits unread."""
-        if self.gate is None or self._closed:
+        if self.gate is None or self._closed or self._lingering:
             return
         loop = self.proxy.loop
         until = loop.time() + throttle_ms / 1000
@@ -456,7 +463,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._release()
 
     def upstream_lost(self, reason: str | None) -> None:
-        if not self._closed:
+        if not self._closed and not self._lingering:
             if reason:
                 log.info("closing connection from %s: broker connection lost: %s",
                             self.info.describe(), reason)
@@ -470,7 +477,38 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if self.gate is not None:
             self.gate.pause("shutdown")
         if not self._inflight:
-            self.close()
+            self._linger()
+
+    def _linger(self) -> None:
+        """Close a drained connection without losing its last responses. A socket closed while
+        requests the proxy never read wait in it (a client pipelining past max_inflight_requests,
+        or held by a throttle) is reset by the kernel, which then throws away what it has not yet
+        sent, answers included. So half-close instead, the FIN after the last response; read
+        and drop what the client sends; close when the client closes its side, or after
+        LINGER_SECONDS. A TLS transport cannot half-close: its close sends close_notify after
+        the last response, and the input keeps being read and dropped until then."""
+        if self._lingering or self._closed or self.transport is None:
+            return
+        self._lingering = True
+        self._stop_splice()
+        self.uncork()
+        self._held.clear()
+        self._early.clear()
+        if self.gate is not None:
+            self.gate.open()
+        transport = self.transport
+        if transport.is_closing():
+            return
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()  # after what is still buffered
+        self._linger_timer = self.proxy.loop.call_later(LINGER_SECONDS, self._end_linger)
+
+    def _end_linger(self) -> None:
+        self._linger_timer = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
 
     def close(self) -> None:
         self._stop_splice()  # a response cut short: the client cannot use the rest of it

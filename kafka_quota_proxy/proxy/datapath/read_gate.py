@@ -24,3 +24,10 @@ class ReadGate:
             self.reasons.discard(reason)
             if not self.reasons and not self.transport.is_closing():
                 self.transport.resume_reading()
+
+    def open(self) -> None:
+        """Read again, whatever held it: for a connection that only reads to drop, then closes."""
+        if self.reasons:
+            self.reasons.clear()
+            if not self.transport.is_closing():
+                self.transport.resume_reading()
