@@ -391,6 +391,30 @@ def test_a_client_that_never_reads_cannot_pile_up_the_proxys_own_answers() -> No
     run(scenario())
 
 
+def test_requests_waiting_for_their_responses_do_not_keep_their_frames() -> None:
+    # The broker reads every Produce and answers none: each of the max_inflight_requests waiting
+    # kept its whole frame, so a client could make the proxy hold that many max-size frames.
+    async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return None if header.api_key == 0 else list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(handler) as h:
+            reader, writer = await h.connect()
+            acks1 = struct.pack(">hhii", -1, 1, 1000, 0) + b"\x00" * (1024 * 1024)
+            frames = [request_frame(0, 3, i, acks1) for i in range(1, 6)]
+            writer.write(b"".join(frames))
+            await h.wait_for(lambda: bool(h.broker.client_conns()))
+            (broker_conn,) = h.broker.client_conns()
+            await h.wait_for(lambda: len(broker_conn.frames) == 5, timeout=10)
+            assert broker_conn.frames == frames
+            (conn,) = h.proxy.connections
+            assert len(conn._awaiting) == 5
+            assert [len(p.ctx.frame) for p in conn._awaiting] == [0] * 5
+            broker_conn.close()  # else shutdown waits for the five answers
+            await h.wait_for(lambda: not h.proxy.connections)
+    run(scenario())
+
+
 def test_broker_first_named_in_a_response_gets_a_listener_that_routes_to_it() -> None:
     from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
 

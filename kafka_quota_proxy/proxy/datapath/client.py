@@ -49,6 +49,7 @@ log = logging.getLogger("kafka_quota_proxy.connection")
 # the newest this many. A broker that answers does so in turn, long before this many more are
 # sent; against one that never answers (Kafka), this bounds what a pure acks=0 stream keeps.
 UNASKED_TRACKED = 4096
+FORWARDED = memoryview(b"")  # a forwarded request's frame, let go (`_handle_request`)
 
 
 def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> asyncio.TimerHandle:
@@ -290,6 +291,9 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             out.append(frame)
         else:
             out.extend(ctx.forward_parts())
+        # Forwarded: nothing reads the request again, and a request waiting for its response
+        # would otherwise keep its frame (up to max_frame_bytes, each of max_inflight_requests).
+        ctx.frame = FORWARDED
 
     def _bad_input(self, exc: ProtocolError) -> None:
         self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
