@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean
+.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean load
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,7 +67,11 @@ lint: $(STAMP)
 
 # faults: (broker and proxy faults under load)
 
-# load: (10k connections, floods, slow clients)
+# 10,000 connections held (or as many as the descriptor limit allows), a flood of 2,000 new
+# connections/s against the connection quotas, slow and non-reading clients; printed as JSON
+# lines, about 5 minutes (docs/reliability.md, "Load and hostile clients").
+load: $(STAMP)
+	$(BIN)/python -m bench.connections all
 
 # soak: (30 minutes, mixed workload)
 
