@@ -5,7 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy
+.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
+        load
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,7 +79,11 @@ faults-broker: $(STAMP)
 faults-proxy: $(STAMP)
 	$(BIN)/python -m devkit.proxy_faults
 
-# load: (10k connections, floods, slow clients)
+# 10,000 connections held (or as many as the descriptor limit allows), a flood of 2,000 new
+# connections/s against the connection quotas, slow and non-reading clients; printed as JSON
+# lines, about 5 minutes (docs/reliability.md, "Load and hostile clients").
+load: $(STAMP)
+	$(BIN)/python -m bench.connections all
 
 # A mixed workload through one proxy process in front of Tansu for SOAK_MINUTES, sampled every
 # 5 s, then judged: memory flat within 5% after warm-up, no descriptor growth, no ERROR in the

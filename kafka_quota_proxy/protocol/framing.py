@@ -4,8 +4,9 @@
 frame exactly as received. When a frame lies wholly inside one received chunk it is returned as a
 memoryview slice of that (immutable) chunk: no copy. Only a frame split across chunks is
 assembled, with one join when its last byte arrives; until then the decoder holds views of the
-chunks. `StreamingFrameDecoder` does the same, but hands large frames over as they arrive;
-`FrameDecoder` is the one that never does.
+chunks, and copies of pieces too small to be worth a view (`COPY_BELOW`). `StreamingFrameDecoder`
+does the same, but hands large frames over as they arrive; `FrameDecoder` is the one that never
+does.
 """
 
 from __future__ import annotations
@@ -17,6 +18,11 @@ from kafka_quota_proxy.protocol.errors import FrameTooLarge, NegativeFrameLength
 from kafka_quota_proxy.protocol.primitives import INT32
 
 DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes default
+# A piece of an unfinished frame smaller than this is copied, not held as a view: a view and its
+# chunk cost about 230 bytes whatever the chunk's size, so a peer trickling a frame a byte per read
+# would otherwise make the decoder hold ~230 bytes per byte (a frame of max_frame_bytes, 23 GB).
+# Views of larger pieces add at most 1.4%.
+COPY_BELOW = 16 * 1024
 
 
 def frame_size(prefix: bytes | memoryview, max_frame_bytes: int) -> int:
@@ -53,7 +59,8 @@ class _FrameSplitter:
     """What both decoders share: frames of `stream_from` bytes or more are handed over as a
     FrameHead and FramePieces, smaller ones whole."""
 
-    __slots__ = ("max_frame_bytes", "stream_from", "head_bytes", "_parts", "_have", "_need", "_streaming")
+    __slots__ = ("max_frame_bytes", "stream_from", "head_bytes", "_parts", "_tail", "_have", "_need",
+                 "_streaming")
 
     def __init__(self, max_frame_bytes: int, stream_from: int, head_bytes: int = 256) -> None:
         if not 4 <= head_bytes < stream_from:
@@ -61,7 +68,9 @@ class _FrameSplitter:
         self.max_frame_bytes = max_frame_bytes
         self.stream_from = stream_from
         self.head_bytes = head_bytes
-        self._parts: list[memoryview] = []  # views of (immutable) chunks: the frame so far
+        # The frame so far: views of (immutable) chunks, and small pieces copied together (_keep).
+        self._parts: list[memoryview | bytearray] = []
+        self._tail: bytearray | None = None  # the last part, when small pieces are being copied into it
         self._have = 0
         self._need = -1  # the frame's size once its prefix is known
         self._streaming = 0  # bytes of a streamed frame still to come
@@ -81,6 +90,18 @@ class _FrameSplitter:
         else:
             out.append(FrameHead(bytes(data), total))
             self._streaming = total - self.head_bytes
+
+    def _keep(self, piece: memoryview) -> None:
+        """Hold a piece of the unfinished frame: a view of a large one, a copy of a small one."""
+        self._have += len(piece)
+        if len(piece) >= COPY_BELOW:
+            self._parts.append(piece)
+            self._tail = None
+        elif self._tail is not None:
+            self._tail += piece
+        else:
+            self._tail = bytearray(piece)
+            self._parts.append(self._tail)
 
     def _split(self, data: bytes) -> list[FrameEvent]:
         """Add received bytes (an immutable chunk); return the frames, heads and pieces they make."""
@@ -108,13 +129,11 @@ class _FrameSplitter:
                         pos += goal
                         continue
                     self._need = total
-                self._parts = [view[pos:]]
-                self._have = end - pos
+                self._keep(view[pos:])
                 return out
             if self._need < 0:  # the size prefix itself was split
                 take = min(4 - self._have, end - pos)
-                self._parts.append(view[pos:pos + take])
-                self._have += take
+                self._keep(view[pos:pos + take])
                 pos += take
                 if self._have < 4:
                     return out
@@ -122,14 +141,13 @@ class _FrameSplitter:
             goal = self._goal(self._need)
             missing = goal - self._have
             if end - pos < missing:
-                self._parts.append(view[pos:])
-                self._have += end - pos
+                self._keep(view[pos:])
                 return out
             self._parts.append(view[pos:pos + missing])
             pos += missing
             joined = b"".join(self._parts)
             total = self._need
-            self._parts, self._have, self._need = [], 0, -1
+            self._parts, self._tail, self._have, self._need = [], None, 0, -1
             self._hand_over(joined, total, out)
         return out
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import random
 import struct
+import tracemalloc
 from typing import Any
 
 import pytest
 
 from kafka_quota_proxy.protocol.errors import FrameTooLarge, NegativeFrameLength, ProtocolError
 from kafka_quota_proxy.protocol.framing import (
+    COPY_BELOW,
     DEFAULT_MAX_FRAME_BYTES,
     FrameDecoder,
     FrameHead,
@@ -114,6 +116,37 @@ def test_reassembled_frame_does_not_alias_the_input_chunks() -> None:
     part1[:] = b"\xee" * len(part1)
     part2[:] = b"\xee" * len(part2)
     assert bytes(got) == f
+
+
+def test_a_frame_trickled_a_byte_per_read_is_held_at_about_a_byte_per_byte() -> None:
+    # A slowloris client: each read brings one byte. Held as a view per read, that cost ~320
+    # bytes per byte (a frame of max_frame_bytes, 32 GB); copied, about one.
+    d = FrameDecoder()
+    trickled = 100_000
+    tracemalloc.start()
+    try:
+        d.feed(prefix(10_000_000))
+        for _ in range(trickled):
+            d.feed(b"x")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert d.buffered == 4 + trickled
+    assert held < 2 * trickled + 64 * 1024
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_frame_in_pieces_large_and_small_is_reassembled_exactly(seed: int) -> None:
+    rng = random.Random(seed)
+    f = frame(rng.randbytes(300_000))
+    chunks, pos = [], 0
+    while pos < len(f):
+        n = rng.choice([1, 3, 100, COPY_BELOW - 1, COPY_BELOW, 40_000])
+        chunks.append(f[pos:pos + n])
+        pos += n
+    d = FrameDecoder()
+    assert feed_all(d, chunks) == [f]
+    assert d.buffered == 0
 
 
 def test_stream_split_at_every_byte_boundary() -> None:

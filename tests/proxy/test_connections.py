@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka.protocol.admin import DescribeClientQuotasResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from devkit.processes import free_port
 from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.identity.credentials import CredentialStore
-from kafka_quota_proxy.protocol.headers import RequestHeader
+from kafka_quota_proxy.protocol.headers import RequestHeader, frame_request
 from tests.proxy.conftest import (
     correlation_id,
     is_closed,
@@ -23,6 +25,7 @@ from tests.proxy.conftest import (
     request_frame,
     running,
 )
+from tests.proxy.quota_support import describe, entries
 from tests.support.fake_broker import BrokerConn, list_groups_v0_body
 
 
@@ -372,6 +375,66 @@ def test_slow_consumer_stops_the_proxy_reading_from_the_broker() -> None:
             writer.close()
     run(scenario())
 
+
+
+def test_a_client_that_never_reads_cannot_pile_up_the_proxys_own_answers() -> None:
+    # DescribeClientQuotas is answered by the proxy itself, so the in-flight bound (requests
+    # forwarded to the broker) never stops it: only the client transport's backpressure does.
+    # Without it, every request read added its answer (here ~1 KB for ~40 bytes) to the write
+    # buffer, unbounded. Small socket buffers keep the kernel from taking megabytes first.
+    quotas = [{"client-id": f"tenant-{i:04d}", "producer_byte_rate": 1_000_000} for i in range(30)]
+    describe_all = describe([], strict=False)
+    sent = 400
+
+    async def scenario() -> None:
+        async with running(quotas=quotas) as h:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", h.settings.listen.port))
+            reader, writer = await asyncio.open_connection(sock=sock)
+            await h.wait_for(lambda: bool(h.proxy.connections))
+            writer.write(b"".join(frame_request(describe_all, 1, i, "c") for i in range(sent)))
+            (conn,) = h.proxy.connections
+            conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            await h.wait_for(lambda: "client-busy" in conn.gate.reasons, timeout=30)
+            await asyncio.sleep(0.5)  # time for an unbounded proxy to go on
+            buffered = conn.transport.get_write_buffer_size()
+            handled = h.proxy.metrics.api(48).requests
+            assert "client-busy" in conn.gate.reasons
+            answers = [await read_frame(reader, timeout=30) for _ in range(sent)]  # then all, in order
+            assert [correlation_id(a) for a in answers] == list(range(sent))
+            assert len(entries(DescribeClientQuotasResponse.decode(answers[-1][9:], version=1))) == 30
+            # Reading stopped with most requests unread: the write buffer stays under its high-water
+            # mark, overshot by at most one answer.
+            assert handled < sent // 2
+            assert buffered <= 64 * 1024 + len(answers[0])
+            writer.close()
+    run(scenario())
+
+
+def test_requests_waiting_for_their_responses_do_not_keep_their_frames() -> None:
+    # The broker reads every Produce and answers none: each of the max_inflight_requests waiting
+    # kept its whole frame, so a client could make the proxy hold that many max-size frames.
+    async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        return None if header.api_key == 0 else list_groups_v0_body()
+
+    async def scenario() -> None:
+        async with running(handler) as h:
+            reader, writer = await h.connect()
+            acks1 = struct.pack(">hhii", -1, 1, 1000, 0) + b"\x00" * (1024 * 1024)
+            frames = [request_frame(0, 3, i, acks1) for i in range(1, 6)]
+            writer.write(b"".join(frames))
+            await h.wait_for(lambda: bool(h.broker.client_conns()))
+            (broker_conn,) = h.broker.client_conns()
+            await h.wait_for(lambda: len(broker_conn.frames) == 5, timeout=10)
+            assert broker_conn.frames == frames
+            (conn,) = h.proxy.connections
+            assert len(conn._awaiting) == 5
+            assert [len(p.ctx.frame) for p in conn._awaiting] == [0] * 5
+            broker_conn.close()  # else shutdown waits for the five answers
+            await h.wait_for(lambda: not h.proxy.connections)
+    run(scenario())
 
 
 def test_broker_first_named_in_a_response_gets_a_listener_that_routes_to_it() -> None:

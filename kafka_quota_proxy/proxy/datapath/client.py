@@ -52,6 +52,7 @@ UNASKED_TRACKED = 4096
 # After a drain has answered everything, how long a connection waits for the client to close its
 # side before closing anyway (`_linger`). Kafka clients close as soon as they read the end.
 LINGER_SECONDS = 5.0
+FORWARDED = memoryview(b"")  # a forwarded request's frame, let go (`_handle_request`)
 
 
 def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> asyncio.TimerHandle:
@@ -60,7 +61,8 @@ def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> async
 
 def _holds(reasons: set[str]) -> bool:
     """Whether frames already read must wait: a pause for anything but the in-flight bound
-    (a throttle, an authentication still being decided, a connection about to close)."""
+    (a throttle, an authentication still being decided, a client not reading its responses, a
+    connection about to close)."""
     return bool(reasons) and (len(reasons) > 1 or "inflight" not in reasons)
 
 
@@ -294,6 +296,9 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             out.append(frame)
         else:
             out.extend(ctx.forward_parts())
+        # Forwarded: nothing reads the request again, and a request waiting for its response
+        # would otherwise keep its frame (up to max_frame_bytes, each of max_inflight_requests).
+        ctx.frame = FORWARDED
 
     def _bad_input(self, exc: ProtocolError) -> None:
         self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
@@ -301,12 +306,20 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self.close()
 
     def pause_writing(self) -> None:
+        # The client is not reading its responses: stop handling its requests too (a broker
+        # reads no request while a response is unsent), or the proxy's own answers, which the
+        # in-flight bound does not count, would pile up in the write buffer without bound.
+        if self.gate is not None:
+            self.gate.pause("client-busy")
         if self.upstream is not None and self.upstream.gate is not None:
             self.upstream.gate.pause("client-busy")
 
     def resume_writing(self) -> None:
         if self.upstream is not None and self.upstream.gate is not None:
             self.upstream.gate.resume("client-busy")
+        if self.gate is not None:
+            self.gate.resume("client-busy")
+            self._release()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

@@ -1,0 +1,543 @@
+"""Load and hostile clients against one kafka-quota-proxy process in front of one Tansu
+(docs/reliability.md, "Load and hostile clients"). Measured and printed; the short versions in
+tests/bench/test_connections.py assert what must hold (all served, limits kept, memory bounded).
+
+    python -m bench.connections hold   [--connections 10000] [--active 20] [--seconds 10]
+    python -m bench.connections flood  [--rate 2000] [--seconds 10] [--limit-rate 200] [--max-per-ip 500]
+    python -m bench.connections slow   [--slowloris 1000] [--max-frame-bytes 8388608]
+    python -m bench.connections all    (what `make load` runs)
+
+The clients are asyncio raw sockets speaking the Kafka protocol with bench.wire's frames, all in
+this one process; the proxy's and Tansu's memory and descriptors are read with psutil. Each run
+prints one JSON object per measurement.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import resource
+import socket
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.protocol.metadata.metadata import MetadataRequest
+
+from bench.load import asyncio_run, percentile
+from bench.wire import (
+    METADATA_VERSION,
+    api_versions_frame,
+    fetch_frame,
+    produce_frame,
+    record_batch,
+)
+from devkit.processes import ProxyProcess
+from devkit.tansu import Broker
+from kafka_quota_proxy.protocol.headers import frame_request
+
+TOPIC = "load"
+OTHER_SOURCE = "127.0.0.2"  # the well-behaved clients' address during a flood (loopback is 127/8)
+MIB = 1 << 20
+
+
+def emit(what: str, **fields: Any) -> None:
+    print(json.dumps({"measurement": what, **fields}), flush=True)
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's soft descriptor limit to the hard one (the proxy and Tansu, started
+    from here, inherit it); returns it. The hard limit itself needs CAP_SYS_RESOURCE."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def metadata_frame(client_id: str) -> bytes:
+    req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=TOPIC)],
+                          allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return frame_request(req, METADATA_VERSION, 0, client_id)
+
+
+# -- the processes --------------------------------------------------------------------------------
+
+
+@dataclass
+class Stack:
+    """Tansu and one proxy process in front of it, with the topic the clients use."""
+
+    broker: Broker
+    proxy: ProxyProcess
+    proxy_ps: psutil.Process = field(init=False)
+    broker_ps: psutil.Process = field(init=False)
+
+    def __post_init__(self) -> None:
+        assert self.proxy.proc is not None and self.broker.proc is not None
+        self.proxy_ps = psutil.Process(self.proxy.proc.pid)
+        self.broker_ps = psutil.Process(self.broker.proc.pid)
+
+    def sample(self) -> dict[str, Any]:
+        return {"proxy_rss_mib": round(self.proxy_ps.memory_info().rss / MIB, 1),
+                "proxy_fds": self.proxy_ps.num_fds(),
+                "broker_rss_mib": round(self.broker_ps.memory_info().rss / MIB, 1),
+                "broker_fds": self.broker_ps.num_fds(),
+                "connections_open": self.proxy.metric("kafka_quota_proxy_connections_open")}
+
+    def rss(self) -> int:
+        return int(self.proxy_ps.memory_info().rss)
+
+    @property
+    def alive(self) -> bool:
+        return self.proxy.proc is not None and self.proxy.proc.poll() is None
+
+
+@contextlib.contextmanager
+def stack(config: dict[str, Any] | None = None, partitions: int = 1) -> Iterator[Stack]:
+    raise_fd_limit()
+    broker = Broker().start()
+    proxy = None
+    try:
+        node = broker.node_id()
+        admin = AdminClient({"bootstrap.servers": broker.address})
+        for f in admin.create_topics([NewTopic(TOPIC, partitions, 1)]).values():
+            f.result(30)
+        proxy = ProxyProcess(broker.address, node, {"log_level": "WARNING", **(config or {})}).start()
+        yield Stack(broker, proxy)
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        broker.stop()
+
+
+# -- clients --------------------------------------------------------------------------------------
+
+
+async def round_trip(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes,
+                     timeout: float = 30.0) -> bytes:
+    writer.write(frame)
+    head = await asyncio.wait_for(reader.readexactly(4), timeout)
+    body = await asyncio.wait_for(reader.readexactly(int.from_bytes(head, "big")), timeout)
+    if body[:4] != frame[8:12]:
+        raise RuntimeError(f"correlation id {body[:4].hex()}, expected {frame[8:12].hex()}")
+    return head + body
+
+
+async def connect(port: int, source: str | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0) if source else None)
+
+
+async def open_idle(port: int, n: int,
+                    concurrency: int = 200) -> tuple[list[asyncio.StreamWriter], list[str]]:
+    """`n` connections, each after an ApiVersions and a Metadata round trip; and the failures."""
+    gate = asyncio.Semaphore(concurrency)
+    versions, metadata = api_versions_frame("idle"), metadata_frame("idle")
+
+    async def one() -> asyncio.StreamWriter:
+        async with gate:
+            reader, writer = await connect(port)
+            try:
+                await round_trip(reader, writer, versions)
+                await round_trip(reader, writer, metadata)
+            except BaseException:
+                writer.transport.abort()
+                raise
+            return writer
+    results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
+    writers = [w for w in results if isinstance(w, asyncio.StreamWriter)]
+    failures = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+    return writers, failures
+
+
+@dataclass
+class Active:
+    """Well-behaved clients: each connection alternates a Produce (acks=1, one 100-byte record)
+    and a Metadata, one request at a time, paced at `rate` requests a second; round trips timed."""
+
+    port: int
+    connections: int
+    rate: float
+    source: str | None = None
+    conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = field(default_factory=list)
+
+    async def open(self) -> Active:
+        for _ in range(self.connections):
+            self.conns.append(await connect(self.port, self.source))
+        return self
+
+    async def measure(self, seconds: float) -> dict[str, Any]:
+        produce = produce_frame(TOPIC, 0, record_batch(1, 100), "active")
+        metadata = metadata_frame("active")
+        samples: list[float] = []
+        errors: list[str] = []
+        interval = 1.0 / self.rate
+
+        async def run(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, offset: float) -> None:
+            start = time.perf_counter() + offset
+            n = 0
+            while True:
+                due = start + n * interval
+                now = time.perf_counter()
+                if due > now:
+                    await asyncio.sleep(due - now)
+                if time.perf_counter() - start >= seconds:
+                    return
+                sent = time.perf_counter()
+                try:
+                    await round_trip(reader, writer, produce if n % 2 == 0 else metadata)
+                except Exception as exc:  # noqa: BLE001 - counted and reported
+                    errors.append(f"{type(exc).__name__}: {exc}")
+                    return
+                samples.append(time.perf_counter() - sent)
+                n += 1
+        await asyncio.gather(*(run(r, w, i * interval / len(self.conns))
+                               for i, (r, w) in enumerate(self.conns)))
+        ms = sorted(s * 1000 for s in samples)
+        return {"requests": len(ms), "requests_per_second": round(len(ms) / seconds, 1),
+                "p50_ms": round(percentile(ms, 50), 2), "p99_ms": round(percentile(ms, 99), 2),
+                "max_ms": round(ms[-1], 2) if ms else None, "errors": len(errors), "first_errors": errors[:3]}
+
+    def close(self) -> None:
+        for _, w in self.conns:
+            w.transport.abort()
+
+
+# -- 1. many connections held -----------------------------------------------------------------------
+
+
+async def hold(s: Stack, connections: int, active: int, rate: float, seconds: float) -> dict[str, Any]:
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    base_fds = s.proxy_ps.num_fds()
+    # Each client connection costs the proxy two descriptors: the client's and its own upstream.
+    capacity = (limit - base_fds - 32) // 2 - active
+    held = min(connections, capacity)
+    if held < connections:
+        emit("hold-capped", asked=connections, held=held, fd_hard_limit=limit, proxy_base_fds=base_fds,
+             why="the proxy needs two descriptors per client connection; the hard RLIMIT_NOFILE "
+                 "cannot be raised without CAP_SYS_RESOURCE")
+    clients = await Active(s.proxy.port, active, rate).open()
+    await clients.measure(2.0)  # warm-up
+    before = s.sample()
+    rss_before = s.rss()
+    quiet = await clients.measure(seconds)
+    started = time.perf_counter()
+    writers, failures = await open_idle(s.proxy.port, held)
+    opened_in = time.perf_counter() - started
+    await asyncio.sleep(2.0)
+    with_held = s.sample()
+    rss_held = s.rss()
+    loaded = await clients.measure(seconds)
+    after_active = s.sample()
+    for w in writers:
+        w.transport.abort()
+    clients.close()
+    await asyncio.sleep(3.0)
+    after = s.sample()
+    result = {
+        "held": len(writers), "held_failed": len(failures), "first_failures": sorted(set(failures))[:3],
+        "open_seconds": round(opened_in, 1), "active_connections": active,
+        "active_rate_per_connection": rate, "seconds": seconds,
+        "before": before, "with_held": with_held, "after_active": after_active, "after_close": after,
+        "proxy_bytes_per_connection": round((rss_held - rss_before) / max(len(writers), 1)),
+        "active_without": quiet, "active_with": loaded,
+        "p50_ratio": round(loaded["p50_ms"] / quiet["p50_ms"], 2),
+        "p99_ratio": round(loaded["p99_ms"] / quiet["p99_ms"], 2),
+        "proxy_alive": s.alive,
+    }
+    emit("hold", **result)
+    return result
+
+
+# -- 2. a connection flood ------------------------------------------------------------------------
+
+
+class FloodConnection(asyncio.Protocol):
+    """Connects, sends ApiVersions, and records what happened: answered, or closed unanswered
+    (and after how long)."""
+
+    def __init__(self, frame: bytes, outcome: asyncio.Future[tuple[str, float]]) -> None:
+        self.frame = frame
+        self.outcome = outcome
+        self.got = 0
+        self.start = time.perf_counter()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.start = time.perf_counter()
+        transport.write(self.frame)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        self.got += len(data)
+        if self.got >= 4 and not self.outcome.done():
+            self.outcome.set_result(("served", time.perf_counter() - self.start))
+            assert self.transport is not None
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.outcome.done():
+            self.outcome.set_result(("closed", time.perf_counter() - self.start))
+
+
+async def offer(port: int, rate: float, seconds: float) -> dict[str, Any]:
+    """New connections at `rate` a second for `seconds`, each sending ApiVersions: what became of
+    them. Run in a process of its own (`flood` starts it), so that the clients measured beside it
+    do not share its event loop."""
+    loop = asyncio.get_running_loop()
+    frame = api_versions_frame("flood")
+    outcomes: list[asyncio.Future[tuple[str, float]]] = []
+    failed: list[str] = []
+    tasks: set[asyncio.Task[Any]] = set()
+
+    async def one() -> None:
+        outcome: asyncio.Future[tuple[str, float]] = loop.create_future()
+        outcomes.append(outcome)
+        try:
+            transport, _ = await asyncio.wait_for(loop.create_connection(
+                lambda: FloodConnection(frame, outcome), "127.0.0.1", port), 10)
+        except (OSError, TimeoutError) as exc:
+            failed.append(f"{type(exc).__name__}: {exc}")
+            outcome.set_result(("not connected", 0.0))
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(outcome), 30)
+        except TimeoutError:
+            transport.abort()
+            outcome.set_result(("no answer in 30 s", 30.0))
+
+    started = time.perf_counter()
+    n = 0
+    while (now := time.perf_counter()) - started < seconds:
+        due = int((now - started) * rate)
+        while n < due:
+            t = loop.create_task(one())
+            tasks.add(t)
+            t.add_done_callback(tasks.discard)
+            n += 1
+        await asyncio.sleep(0.001)
+    offered_for = time.perf_counter() - started
+    while tasks:
+        await asyncio.gather(*tasks)
+    counts: dict[str, int] = {}
+    closed_after: list[float] = []
+    for o in outcomes:
+        kind, after = o.result()
+        counts[kind] = counts.get(kind, 0) + 1
+        if kind == "closed":
+            closed_after.append(after * 1000)
+    closed_after.sort()
+    return {
+        "offered": len(outcomes), "offered_per_second": round(len(outcomes) / offered_for, 1),
+        "seconds": round(offered_for, 2), "outcomes": counts,
+        "served_per_second": round(counts.get("served", 0) / offered_for, 1),
+        # From the client's side: the time in the listen backlog counts too.
+        "closed_within_10ms": sum(1 for c in closed_after if c < 10),
+        "closed_after_ms_p50": round(percentile(closed_after, 50), 1) if closed_after else None,
+        "closed_after_ms_max": round(closed_after[-1], 1) if closed_after else None,
+        "first_connect_failures": sorted(set(failed))[:3],
+    }
+
+
+async def flood(s: Stack, rate: float, seconds: float, limit_rate: int, max_per_ip: int,
+                active: int, active_rate: float) -> dict[str, Any]:
+    clients = await Active(s.proxy.port, active, active_rate, source=OTHER_SOURCE).open()
+    await clients.measure(2.0)
+    quiet = await clients.measure(seconds)
+    cpu0 = s.proxy_ps.cpu_times()
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.connections", "offer", "--port", str(s.proxy.port),
+        "--rate", str(rate), "--seconds", str(seconds), stdout=asyncio.subprocess.PIPE)
+    during = await clients.measure(seconds)
+    out, _ = await child.communicate()
+    cpu1 = s.proxy_ps.cpu_times()
+    clients.close()
+    offered = json.loads(out)
+    result = {
+        **offered, "connection_creation_rate": limit_rate, "max_connections_per_ip": max_per_ip,
+        "proxy_cpu_seconds": round(cpu1.user + cpu1.system - cpu0.user - cpu0.system, 1),
+        "accept_throttle_ms_metric": s.proxy.metric(
+            "kafka_quota_proxy_connection_accept_throttle_time_ms_total", ip="127.0.0.1"),
+        "other_source": OTHER_SOURCE, "other_without_flood": quiet, "other_with_flood": during,
+        "p99_ratio": round(during["p99_ms"] / quiet["p99_ms"], 2),
+        "proxy_alive": s.alive, "after": s.sample(),
+    }
+    emit("flood", **result)
+    return result
+
+
+def flood_config(limit_rate: int, max_per_ip: int) -> dict[str, Any]:
+    return {"quota": {"max_connections_per_ip": max_per_ip},
+            "quotas": [{"ip": "<default>", "connection_creation_rate": limit_rate}]}
+
+
+# -- 3. slow readers and writers ------------------------------------------------------------------
+
+
+async def settle(s: Stack, seconds: float = 2.0) -> int:
+    await asyncio.sleep(seconds)
+    return s.rss()
+
+
+async def slowloris(s: Stack, connections: int, max_frame_bytes: int, seconds: float,
+                    interval: float) -> dict[str, Any]:
+    """Connections that each declare a frame of max_frame_bytes - 1 and send it a byte every
+    `interval` seconds."""
+    rss0 = await settle(s, 1.0)
+    conns = [await connect(s.proxy.port) for _ in range(connections)]
+    prefix = (max_frame_bytes - 1).to_bytes(4, "big")
+    for _, w in conns:
+        w.write(prefix)
+    started = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - started < seconds:
+        for _, w in conns:
+            w.write(b"\x00")
+            sent += 1
+        await asyncio.sleep(interval)
+    rss1 = await settle(s, 1.0)
+    open_before = s.proxy.metric("kafka_quota_proxy_connections_open")
+    for _, w in conns:
+        w.transport.abort()
+    result = {"connections": connections, "seconds": seconds, "byte_every_s": interval,
+              "bytes_trickled": sent, "connections_open": open_before,
+              "proxy_rss_growth_mib": round((rss1 - rss0) / MIB, 2),
+              "proxy_bytes_per_connection": round((rss1 - rss0) / connections), "proxy_alive": s.alive}
+    emit("slowloris", **result)
+    return result
+
+
+async def trickle(s: Stack, max_frame_bytes: int, seconds: float) -> dict[str, Any]:
+    """One connection sending a large frame as fast as it can in one-byte writes (TCP_NODELAY):
+    the proxy reads tiny chunks; what it holds should be about the bytes received."""
+    rss0 = await settle(s, 1.0)
+    sock = socket.create_connection(("127.0.0.1", s.proxy.port))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.sendall((max_frame_bytes - 1).to_bytes(4, "big"))
+    started = time.perf_counter()
+    sent = 0
+    while time.perf_counter() - started < seconds and sent < max_frame_bytes - 2:
+        for _ in range(1000):
+            sock.send(b"\x00")
+        sent += 1000
+        await asyncio.sleep(0)
+    rss1 = await settle(s, 1.0)
+    sock.close()
+    result = {"bytes_sent_in_1_byte_writes": sent, "seconds": round(time.perf_counter() - started, 1),
+              "proxy_rss_growth_mib": round((rss1 - rss0) / MIB, 2),
+              "growth_per_byte_sent": round((rss1 - rss0) / max(sent, 1), 2), "proxy_alive": s.alive}
+    emit("trickle", **result)
+    return result
+
+
+async def big_frames_held(s: Stack, connections: int, max_frame_bytes: int) -> dict[str, Any]:
+    """Connections that each send all but the last byte of a frame of max_frame_bytes - 1."""
+    rss0 = await settle(s, 1.0)
+    conns = [await connect(s.proxy.port) for _ in range(connections)]
+    body = bytes(max_frame_bytes - 2)
+    for _, w in conns:
+        w.write((max_frame_bytes - 1).to_bytes(4, "big") + body)
+        await w.drain()
+    rss1 = await settle(s, 2.0)
+    for _, w in conns:
+        w.transport.abort()
+    growth = rss1 - rss0
+    result = {"connections": connections, "max_frame_bytes": max_frame_bytes,
+              "proxy_rss_growth_mib": round(growth / MIB, 2),
+              "growth_per_connection_over_max_frame": round(growth / connections / max_frame_bytes, 3),
+              "proxy_alive": s.alive}
+    emit("partial-max-frames", **result)
+    return result
+
+
+async def fill_topic(s: Stack, megabytes: int) -> None:
+    batch = record_batch(1000, 1024)
+    reader, writer = await connect(s.proxy.port)
+    frame = produce_frame(TOPIC, 0, batch, "filler")
+    for _ in range(megabytes * MIB // len(batch)):
+        await round_trip(reader, writer, frame)
+    writer.transport.abort()
+
+
+async def never_reading_fetchers(s: Stack, connections: int, fetch_bytes: int, pipelined: int,
+                                 seconds: float) -> dict[str, Any]:
+    """Connections that each pipeline Fetch requests for `fetch_bytes` from offset 0 and never
+    read a byte of the answers."""
+    rss0 = await settle(s, 1.0)
+    frame = fetch_frame(TOPIC, 0, 0, fetch_bytes, "never-reads")
+    conns = []
+    for _ in range(connections):
+        sock = socket.create_connection(("127.0.0.1", s.proxy.port))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        sock.sendall(frame * pipelined)
+        conns.append(sock)
+    await asyncio.sleep(seconds)
+    rss1 = s.rss()
+    spliced = s.proxy.metric("kafka_quota_proxy_spliced_bytes_total")
+    fetches = s.proxy.metric("kafka_quota_proxy_requests_total", api="Fetch")
+    fetch_bytes_out = s.proxy.metric("kafka_quota_proxy_response_bytes_total", api="Fetch")
+    for sock in conns:
+        sock.close()
+    growth = rss1 - rss0
+    result = {"connections": connections, "fetch_max_bytes": fetch_bytes, "pipelined": pipelined,
+              "proxy_rss_growth_mib": round(growth / MIB, 2),
+              "proxy_bytes_per_connection": round(growth / connections), "spliced_bytes": spliced,
+              "fetch_requests_read": fetches, "fetch_responses_written_bytes": fetch_bytes_out,
+              "proxy_alive": s.alive}
+    emit("never-reading-fetchers", **result)
+    return result
+
+
+async def slow(s: Stack, slowloris_connections: int, max_frame_bytes: int) -> dict[str, Any]:
+    await fill_topic(s, 64)
+    return {
+        "slowloris": await slowloris(s, slowloris_connections, max_frame_bytes, seconds=20, interval=2.0),
+        "trickle": await trickle(s, max_frame_bytes, seconds=10),
+        "partial_max_frames": await big_frames_held(s, 8, max_frame_bytes),
+        "never_reading_fetchers": await never_reading_fetchers(s, 20, 32 * MIB, 5, seconds=5),
+    }
+
+
+# -- command line ---------------------------------------------------------------------------------
+
+
+def main(argv: Sequence[str]) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.connections", description=__doc__.split("\n\n")[0])
+    p.add_argument("run", choices=["hold", "flood", "slow", "all", "offer"])
+    p.add_argument("--port", type=int, help="offer: the proxy's port (flood starts it)")
+    p.add_argument("--connections", type=int, default=10_000, help="hold: idle connections")
+    p.add_argument("--active", type=int, default=20, help="well-behaved connections measured")
+    p.add_argument("--active-rate", type=float, default=25.0, help="requests a second per active connection")
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--rate", type=float, default=2000.0, help="flood: new connections a second")
+    p.add_argument("--limit-rate", type=int, default=200, help="flood: connection_creation_rate")
+    p.add_argument("--max-per-ip", type=int, default=500, help="flood: quota.max_connections_per_ip")
+    p.add_argument("--slowloris", type=int, default=1000, help="slow: slowloris connections")
+    p.add_argument("--max-frame-bytes", type=int, default=8 * MIB, help="slow: the proxy's max_frame_bytes")
+    args = p.parse_args(argv)
+    if args.run == "offer":
+        raise_fd_limit()
+        print(json.dumps(asyncio_run(offer(args.port, args.rate, args.seconds))), flush=True)
+        return 0
+    runs = ["hold", "flood", "slow"] if args.run == "all" else [args.run]
+    for run in runs:
+        if run == "hold":
+            with stack() as s:
+                asyncio_run(hold(s, args.connections, args.active, args.active_rate, args.seconds))
+        elif run == "flood":
+            with stack(flood_config(args.limit_rate, args.max_per_ip)) as s:
+                asyncio_run(flood(s, args.rate, args.seconds, args.limit_rate, args.max_per_ip,
+                                  args.active, args.active_rate))
+        else:
+            with stack({"max_frame_bytes": args.max_frame_bytes}) as s:
+                asyncio_run(slow(s, args.slowloris, args.max_frame_bytes))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
