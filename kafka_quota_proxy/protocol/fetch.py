@@ -61,7 +61,10 @@ def read_fetch_request(frame: memoryview, body_offset: int, version: int) -> Fet
 
 def session_id(body: memoryview, version: int) -> int:
     """The session id of a Fetch response (v7+: after throttle_time_ms and error_code)."""
-    return int(INT32.unpack_from(body, 6)[0]) if version >= 7 else 0
+    if version < 7:
+        return 0
+    need(body, 6, 4)  # a broker's body too short for it is a protocol error, not a crash
+    return int(INT32.unpack_from(body, 6)[0])
 
 
 def throttled_response_body(version: int, throttle_ms: int, session: int) -> bytes:
