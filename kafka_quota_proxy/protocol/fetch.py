@@ -50,7 +50,9 @@ def read_fetch_request(frame: memoryview, body_offset: int, version: int) -> Fet
     else:
         tags = tagged_fields(body, result.tags_at)
         if REPLICA_STATE_TAG in tags:
-            replica_id = int(INT32.unpack_from(body, tags[REPLICA_STATE_TAG][0])[0])
+            start, end = tags[REPLICA_STATE_TAG]
+            need(body[:end], start, 4)  # the tag's own size bounds it, not the body's
+            replica_id = int(INT32.unpack_from(body, start)[0])
     max_wait_ms = int(INT32.unpack_from(body, offsets["MaxWaitMs"])[0])
     max_bytes_at = max_bytes = None
     if "MaxBytes" in offsets:
