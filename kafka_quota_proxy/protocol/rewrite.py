@@ -74,7 +74,11 @@ def _compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
     if n == 0:
         raise MalformedMessage("null host in node_endpoints")
     need(buf, pos, n - 1)
-    return bytes(buf[pos : pos + n - 1]).decode("utf-8"), pos + n - 1
+    try:
+        host = bytes(buf[pos : pos + n - 1]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedMessage("host in node_endpoints is not UTF-8") from exc
+    return host, pos + n - 1
 
 
 def _skip_compact_nullable(buf: memoryview, pos: int) -> int:
