@@ -9,12 +9,20 @@ from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, Descri
 
 from kafka_quota_proxy.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED
+from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 
 SERVED = ((DESCRIBE_CLIENT_QUOTAS, 0, 1), (ALTER_CLIENT_QUOTAS, 0, 1))
+
+
+def _items(array: Any, name: str) -> Any:
+    """A request array that the schema says is never null (kafka-python reads length -1 as None)."""
+    if array is None:
+        raise MalformedMessage(f"{name} is null")
+    return array
 
 
 class ClientQuotasApi(RequestStage):
@@ -34,7 +42,8 @@ class ClientQuotasApi(RequestStage):
 
     def _describe(self, request: Any, version: int) -> bytes:
         result = self.control.describe(
-            [(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
+            [(c.entity_type, c.match_type, c.match) for c in _items(request.components, "components")],
+            request.strict)
         cls: Any = DescribeClientQuotasResponse
         entries = None
         if result.entries is not None:
@@ -48,8 +57,9 @@ class ClientQuotasApi(RequestStage):
 
     def _alter(self, request: Any, ctx: RequestContext) -> bytes:
         cls: Any = AlterClientQuotasResponse
-        wire = [([(e.entity_type, e.entity_name) for e in entry.entity],
-                 [(op.key, op.value, op.remove) for op in entry.ops]) for entry in request.entries]
+        wire = [([(e.entity_type, e.entity_name) for e in _items(entry.entity, "entity")],
+                 [(op.key, op.value, op.remove) for op in _items(entry.ops, "ops")])
+                for entry in _items(request.entries, "entries")]
         allowed = self.engine.settings.alter_principals
         if allowed is not None and ctx.conn.principal not in allowed:
             results: list[tuple[int, str | None]] = [
