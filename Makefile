@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean
+.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean fuzz-properties
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,12 @@ lint: $(STAMP)
 # run in make test.
 
 # fuzz: (tests/fuzz)
+
+# The property tests (hypothesis) of every decoder with thousands of random examples each, where
+# make check/test run 150 with a fixed seed; prints each test's example count (docs/reliability.md).
+PROPERTY_TESTS := $(wildcard tests/*/test_*_properties.py)
+fuzz-properties: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(PYTEST) -n 2 --hypothesis-show-statistics $(PROPERTY_TESTS)
 
 # faults: (broker and proxy faults under load)
 

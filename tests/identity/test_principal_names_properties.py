@@ -43,7 +43,8 @@ def subjects(draw: st.DrawFn) -> list[list[tuple[str, str]]]:
     rdns = []
     for _ in range(draw(st.integers(1, 4))):
         rdn = []
-        for attribute in draw(st.lists(st.sampled_from(sorted(ATTRIBUTES)), min_size=1, max_size=2, unique=True)):
+        types = st.lists(st.sampled_from(sorted(ATTRIBUTES)), min_size=1, max_size=2, unique=True)
+        for attribute in draw(types):
             if attribute == "countryName":
                 value = draw(st.text(st.sampled_from(PRINTABLE), min_size=2, max_size=2))
             elif attribute in ("emailAddress", "domainComponent"):
@@ -58,7 +59,7 @@ def subjects(draw: st.DrawFn) -> list[list[tuple[str, str]]]:
 def certificate(subject: list[list[tuple[str, str]]]) -> bytes:
     name = x509.Name([x509.RelativeDistinguishedName([x509.NameAttribute(ATTRIBUTES[a], v) for a, v in rdn])
                       for rdn in subject])
-    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.timezone.utc)
+    now = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(KEY.public_key())
             .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
             .sign(KEY, None))

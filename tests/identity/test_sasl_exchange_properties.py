@@ -33,8 +33,7 @@ USER, PASSWORD = "alice", "pw-of-alice"
 def credentials(password: str) -> UserCredentials:
     scram = {}
     for m in SCRAM:
-        salt, stored_key, server_key, iterations = ScramMechanism(m).make_auth_info(password, iteration_count=4096)
-        scram[m] = ScramCredential(salt, stored_key, server_key, iterations)
+        scram[m] = ScramCredential(*ScramMechanism(m).make_auth_info(password, iteration_count=4096))
     digest = hashlib.pbkdf2_hmac("sha512", password.encode(), SALT, 1)
     return UserCredentials(scram, PlainVerifier(SALT, 1, digest))
 
@@ -99,7 +98,8 @@ def scram_finals(draw: st.DrawFn) -> tuple[str, SaslServer, bytes]:
 
 
 @given(scram_finals())
-def test_any_final_token_fails_only_with_sasl_authentication_errors(case: tuple[str, SaslServer, bytes]) -> None:
+def test_any_final_token_fails_only_with_sasl_authentication_errors(
+        case: tuple[str, SaslServer, bytes]) -> None:
     _, server, token = case
     try:
         step = server.step(token)

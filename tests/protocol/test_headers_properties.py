@@ -57,7 +57,8 @@ def test_request_header_round_trip(api: tuple[int, int], corr: int, client_id: s
 
 
 @given(api_versions, INT32, client_ids)
-def test_request_header_of_kafka_python_requests(api: tuple[int, int], corr: int, client_id: str | None) -> None:
+def test_request_header_of_kafka_python_requests(api: tuple[int, int], corr: int,
+                                                 client_id: str | None) -> None:
     key, version = api
     spec = codec()[key]
     frame = frame_request(spec.request(version=version), version, corr, client_id)

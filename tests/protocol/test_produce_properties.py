@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from functools import cache
 
-from hypothesis import example, given
+from hypothesis import given
 from hypothesis import strategies as st
 from kafka.protocol.producer.produce import ProduceRequest
 from kafka.record.memory_records import MemoryRecordsBuilder
@@ -78,8 +78,8 @@ def produce_requests(draw: st.DrawFn) -> ProduceCase:
                 ids += [b.pid for b in chosen or () if b.pid is not None]
         topic_data.append(P(name=name, topic_id=uuid.UUID(int=i + 1), partition_data=parts))
     transactional_id = draw(st.none() | st.text(max_size=8)) if version >= 3 else None
-    req = ProduceRequest(transactional_id=transactional_id, acks=acks, timeout_ms=draw(st.integers(0, 2**31 - 1)),
-                         topic_data=topic_data)
+    req = ProduceRequest(transactional_id=transactional_id, acks=acks,
+                         timeout_ms=draw(st.integers(0, 2**31 - 1)), topic_data=topic_data)
     req.with_header(correlation_id=draw(st.integers(0, 2**31 - 1)), client_id="c")
     frame = bytes(req.encode(version=version, header=True, framed=True))
     return ProduceCase(version, acks, frame, sets, ids)

@@ -69,7 +69,8 @@ def v2_headers(draw: st.DrawFn) -> Case:
         header = ProxyHeader(None, None, 2, True, "UNKNOWN")
     payload = block + tlvs
     ver_cmd = 0x20 | (0 if command == "LOCAL" else 1)
-    wire = V2_SIGNATURE + bytes([ver_cmd, fam << 4 | (1 if fam else 0)]) + struct.pack(">H", len(payload)) + payload
+    fam_proto = fam << 4 | (1 if fam else 0)  # STREAM, except with AF_UNSPEC
+    wire = V2_SIGNATURE + bytes([ver_cmd, fam_proto]) + struct.pack(">H", len(payload)) + payload
     return Case(wire, header)
 
 

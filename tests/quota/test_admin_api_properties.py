@@ -87,8 +87,8 @@ def test_decoded_exactly_and_answered_as_decided(case: tuple[int, int, Any]) -> 
     assert reply is not None and reply.body is not None
     answer = RESPONSES[key].decode(reply.body, version=version)
     if key == 48:
-        result = describe_client_quotas(QUOTAS, [(c.entity_type, c.match_type, c.match) for c in decoded.components],
-                                        decoded.strict)
+        components = [(c.entity_type, c.match_type, c.match) for c in decoded.components]
+        result = describe_client_quotas(QUOTAS, components, decoded.strict)
         assert (answer.error_code, answer.error_message) == (result.error_code, result.error_message)
         got = None if answer.entries is None else [
             ([(e.entity_type, e.entity_name) for e in entry.entity], {v.key: v.value for v in entry.values})
@@ -99,7 +99,8 @@ def test_decoded_exactly_and_answered_as_decided(case: tuple[int, int, Any]) -> 
                  [(op.key, op.value, op.remove) for op in entry.ops]) for entry in decoded.entries]
         results = alter_client_quotas(QUOTAS, wire, decoded.validate_only).results
         assert [(e.error_code, e.error_message) for e in answer.entries] == results
-        assert [[(x.entity_type, x.entity_name) for x in e.entity] for e in answer.entries] == [w[0] for w in wire]
+        entities = [[(x.entity_type, x.entity_name) for x in e.entity] for e in answer.entries]
+        assert entities == [w[0] for w in wire]
 
 
 @st.composite
