@@ -66,7 +66,7 @@ lint: $(STAMP)
 # fuzz: (tests/fuzz)
 
 # The property tests (hypothesis) of every decoder with thousands of random examples each, where
-# make check/test run 150 with a fixed seed; prints each test's example count (docs/reliability.md).
+# make check/test run 40 with a fixed seed; prints each test's example count (docs/reliability.md).
 PROPERTY_TESTS := $(wildcard tests/*/test_*_properties.py)
 fuzz-properties: $(STAMP)
 	HYPOTHESIS_PROFILE=long $(PYTEST) -n 2 --hypothesis-show-statistics $(PROPERTY_TESTS)

@@ -18,9 +18,9 @@ from devkit.tansu import Broker
 # default, is what `make check` and `make test` run: a fixed seed, so a run is reproducible and a
 # red build is the code's doing, not the dice's; new inputs are the "long" profile's job, random
 # each run and with thousands of examples: HYPOTHESIS_PROFILE=long (`make fuzz-properties`).
-settings.register_profile("ci", max_examples=150, deadline=None, derandomize=True, database=None,
+settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("long", max_examples=5000, deadline=None,
+settings.register_profile("long", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 

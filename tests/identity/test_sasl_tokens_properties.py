@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 from scramp import ScramClient
 
@@ -108,6 +108,8 @@ def test_oauthbearer_round_trip(principal: str, signed: bool, claims: dict[str, 
     token = f"{b64url(json.dumps(header).encode())}.{b64url(json.dumps(payload).encode())}."
     token += b64url(b"signature") if signed else ""
     expected = principal.strip() if signed else principal
+    # A GS2 authzid cannot hold NUL, nor ^A, which ends the header: such a name has no authzid form.
+    assume(not with_authzid or not {"\0", "\x01"} & set(expected))
     authzid = f"a={saslname(expected)}" if with_authzid else ""
     kvs = "".join(f"{k}={v}\x01" for k, v in extensions.items())
     message = f"n,{authzid},\x01auth={scheme} {token}\x01{kvs}\x01".encode()
