@@ -69,7 +69,7 @@ lint: $(STAMP)
 # make check/test run 40 with a fixed seed; prints each test's example count (docs/reliability.md).
 PROPERTY_TESTS := $(wildcard tests/*/test_*_properties.py)
 fuzz-properties: $(STAMP)
-	HYPOTHESIS_PROFILE=long $(PYTEST) -n 2 --hypothesis-show-statistics $(PROPERTY_TESTS)
+	HYPOTHESIS_PROFILE=long $(PYTEST) -n 2 --timeout=0 --hypothesis-show-statistics $(PROPERTY_TESTS)
 
 # faults: (broker and proxy faults under load)
 
