@@ -93,8 +93,13 @@ NON_UTF8_HOST = (  # Produce v10 response, empty but for node_endpoints [(1, b"\
     PRODUCE, 10, b"\x01\x00\x00\x00\x00\x01\x00\x0d\x02\x00\x00\x00\x01\x02\xff\x00\x00\x23\x84\x00\x00")
 
 
+NULL_HOST = (  # FindCoordinator v0: error 0, node 0, host null (length -1), port 0
+    FIND_COORDINATOR, 0, b"\x00\x00\x00\x00\x00\x00\xff\xff\x00\x00\x00\x00")
+
+
 @given(damaged())
 @example(NON_UTF8_HOST)  # leaked UnicodeDecodeError from the host of a node_endpoints entry
+@example(NULL_HOST)  # handed the mapper a None host, kept by the proxy as the broker address
 def test_damaged_bodies_raise_only_protocol_errors(case: tuple[int, int, bytes]) -> None:
     rewrite(*case)
 
