@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
-        load
+        load fuzz-properties
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ lint: $(STAMP)
 # run in make test.
 
 # fuzz: (tests/fuzz)
+
+# The property tests (hypothesis) of every decoder with thousands of random examples each, where
+# make check/test run 40 with a fixed seed; prints each test's example count (docs/reliability.md).
+PROPERTY_TESTS := $(wildcard tests/*/test_*_properties.py)
+fuzz-properties: $(STAMP)
+	HYPOTHESIS_PROFILE=long $(PYTEST) -n 2 --timeout=0 --hypothesis-show-statistics $(PROPERTY_TESTS)
 
 # Broker and proxy faults under load (docs/reliability.md), one after the other: about 35 min.
 faults: faults-broker faults-proxy

@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from devkit.processes import ProxyProcess
 from devkit.tansu import Broker
@@ -12,6 +14,16 @@ from devkit.tansu import Broker
 # `make test` runs everything. Each module says its own marks (pytestmark); this hook is the
 # net under them, so that `-m "not integration"` never starts Tansu and `-m "not spark"` never
 # starts Spark, whichever module asks for those fixtures.
+# The property tests' budgets (docs/reliability.md, "Fuzzing: property-based tests"). "ci", the
+# default, is what `make check` and `make test` run: a fixed seed, so a run is reproducible and a
+# red build is the code's doing, not the dice's; new inputs are the "long" profile's job, random
+# each run and with thousands of examples: HYPOTHESIS_PROFILE=long (`make fuzz-properties`).
+settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("long", max_examples=2000, deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
 INTEGRATION_FIXTURES = {"broker"}  # a real Tansu broker (`proxy` and `broker_node_id` need it)
 SPARK_FIXTURES = {"spark"}  # a local Spark session (`analyzed` needs it)
 

@@ -293,6 +293,8 @@ def _json_object(part: str, what: str) -> dict[str, object]:
         value = json.loads(raw)
     except (binascii.Error, ValueError):
         raise SaslTokenError(f"OAUTHBEARER: the token's {what} is not base64url JSON") from None
+    except RecursionError:  # JSON nested deeper than the interpreter's stack: "[[[[..."
+        raise SaslTokenError(f"OAUTHBEARER: the token's {what} is nested too deeply") from None
     if not isinstance(value, dict):
         raise SaslTokenError(f"OAUTHBEARER: the token's {what} is not a JSON object")
     return value

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.error_codes import UNSUPPORTED_VERSION
+from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.messages import decode_response, encode_body
 from kafka_quota_proxy.protocol.primitives import INT16, need
 
@@ -28,6 +29,8 @@ def intersect(body: memoryview, version: int, served: Iterable[tuple[int, int, i
         # to intersect. Forward it as is: kafka-python would decode any error body as v0.
         return bytes(body)
     msg = decode_response(API_VERSIONS, version, body)
+    if msg.api_keys is None:  # not a nullable array; kafka-python reads length -1 as None
+        raise MalformedMessage("ApiVersions response has a null api_keys array")
     table = codec()
     kept = []
     for entry in msg.api_keys:

@@ -30,7 +30,7 @@ def metadata_version(api_versions_frame: bytes, correlation_id: int) -> int:
     msg = decode_response(API_VERSIONS, 0, view[response_body_offset(view, 0):])
     if msg.error_code:
         raise MalformedMessage(f"ApiVersions failed with error {msg.error_code}")
-    for entry in msg.api_keys:
+    for entry in msg.api_keys or ():  # null (length -1): no Metadata version, refused below
         if entry.api_key == METADATA:
             version = min(entry.max_version, codec()[METADATA].max_version)
             if version >= max(entry.min_version, 1):
@@ -50,4 +50,6 @@ def metadata_brokers(frame: bytes, correlation_id: int, version: int) -> list[tu
         raise MalformedMessage("Metadata response has the wrong correlation id")
     header_version = codec()[METADATA].response_header_version(version)
     msg = decode_response(METADATA, version, view[response_body_offset(view, header_version):])
+    if msg.brokers is None:  # not a nullable array; kafka-python reads length -1 as None
+        raise MalformedMessage("Metadata response has a null brokers array")
     return [(b.node_id, b.host, b.port) for b in msg.brokers]

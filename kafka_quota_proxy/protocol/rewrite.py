@@ -37,12 +37,18 @@ NODE_ENDPOINTS_TAG = 0
 NODE_ENDPOINTS_FROM = {PRODUCE: 10, FETCH: 16}
 
 
+def _mapped(mapper: AddressMapper, node_id: int, host: str | None, port: int) -> tuple[str, int]:
+    if host is None:  # not a nullable string; kafka-python reads length -1 as None
+        raise MalformedMessage(f"null host for broker {node_id}")
+    return mapper(node_id, host, port)
+
+
 def _rewrite_nodes(nodes: Any, id_attr: str, mapper: AddressMapper) -> None:
     for node in nodes or ():
         node_id = getattr(node, id_attr)
         if node_id < 0 or node.port < 0:  # e.g. FindCoordinator errors carry -1/""/-1
             continue
-        node.host, node.port = mapper(node_id, node.host, node.port)
+        node.host, node.port = _mapped(mapper, node_id, node.host, node.port)
 
 
 def _metadata(body: memoryview, version: int, mapper: AddressMapper,
@@ -59,7 +65,7 @@ def _find_coordinator(body: memoryview, version: int, mapper: AddressMapper) -> 
     if version >= 4:
         _rewrite_nodes(msg.coordinators, "node_id", mapper)
     elif msg.node_id >= 0 and msg.port >= 0:
-        msg.host, msg.port = mapper(msg.node_id, msg.host, msg.port)
+        msg.host, msg.port = _mapped(mapper, msg.node_id, msg.host, msg.port)
     return encode_body(msg)
 
 
@@ -74,7 +80,11 @@ def _compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
     if n == 0:
         raise MalformedMessage("null host in node_endpoints")
     need(buf, pos, n - 1)
-    return bytes(buf[pos : pos + n - 1]).decode("utf-8"), pos + n - 1
+    try:
+        host = bytes(buf[pos : pos + n - 1]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedMessage("host in node_endpoints is not UTF-8") from exc
+    return host, pos + n - 1
 
 
 def _skip_compact_nullable(buf: memoryview, pos: int) -> int:

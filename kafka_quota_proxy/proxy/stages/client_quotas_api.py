@@ -16,6 +16,7 @@ from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, Descri
 
 from kafka_quota_proxy.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED
+from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
 from kafka_quota_proxy.proxy.quotas.audit import ACCEPTED, API, REFUSED, VALIDATED, wire_entity
@@ -33,6 +34,13 @@ UPGRADE_NOTE = ("quota management through the proxy is closed unless quota.alter
                 "who may change quotas (and quota.describe_principals who may read them); set "
                 "quota.alter_principals to your admin principals, or to [\"*\"] for the old open "
                 "behaviour (docs/quotas.md, \"Who may change quotas\")")
+
+
+def _items(array: Any, name: str) -> Any:
+    """A request array that the schema says is never null (kafka-python reads length -1 as None)."""
+    if array is None:
+        raise MalformedMessage(f"{name} is null")
+    return array
 
 
 class ClientQuotasApi(RequestStage):
@@ -62,7 +70,8 @@ class ClientQuotasApi(RequestStage):
                       error_message=verdict.reason, entries=None)
             return bytes(msg.encode(version=version))
         result = self.control.describe(
-            [(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
+            [(c.entity_type, c.match_type, c.match) for c in _items(request.components, "components")],
+            request.strict)
         entries = None
         if result.entries is not None:
             entries = [cls.EntryData(
@@ -75,8 +84,9 @@ class ClientQuotasApi(RequestStage):
 
     def _alter(self, request: Any, ctx: RequestContext) -> bytes:
         cls: Any = AlterClientQuotasResponse
-        wire = [([(e.entity_type, e.entity_name) for e in entry.entity],
-                 [(op.key, op.value, op.remove) for op in entry.ops]) for entry in request.entries]
+        wire = [([(e.entity_type, e.entity_name) for e in _items(entry.entity, "entity")],
+                 [(op.key, op.value, op.remove) for op in _items(entry.ops, "ops")])
+                for entry in _items(request.entries, "entries")]
         conn = ctx.conn
         verdict = self.access.may_alter(self.engine.settings, conn.principal, conn.ip)
         before = self.control.effective()
