@@ -23,7 +23,7 @@ from kafka_quota_proxy.proxy.quotas.access import (
     management_policy,
 )
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
-from tests.proxy.conftest import Harness, running
+from tests.proxy.conftest import Harness, is_closed, running
 from tests.proxy.quota_support import Client, alter, alter_results, connect, describe, entries, metric, run
 
 ALICE_SECRET = "alice-Secret-1"
@@ -254,3 +254,24 @@ def test_start_says_who_may_and_warns_when_open_to_everyone(tmp_path: Path,
         ("INFO", "quota management: alter by everyone; describe by everyone"),
         ("WARNING", 'quota.alter_principals is ["*"] while clients authenticate: every client, tenants '
                     "included, may change every quota; name the admin principals instead")]
+
+
+def test_a_user_the_kerberos_rules_cannot_map_fails_authentication(tmp_path: Path) -> None:
+    """sasl.kerberos.principal.to.local.rules with no rule for the name: Kafka fails the
+    authentication. Before, the exception escaped the stage and the login never got an answer."""
+    async def scenario() -> None:
+        users = tmp_path / "realm-users.yaml"
+        store = CredentialStore()
+        store.add("bob@OTHER.ORG", "bob-Secret-4", ["PLAIN"])
+        save_credentials(store, users)
+        async with running(sasl={"mode": "terminate", "credentials_file": str(users),
+                                 "kerberos_rules": ["RULE:[1:$1@$0](.*@EXAMPLE.COM)s/@.*//"]}) as h:
+            c = await connect(h)
+            assert (await c.call(SaslHandshakeRequest[1](mechanism="PLAIN"))).error_code == 0
+            token = b"\x00bob@OTHER.ORG\x00bob-Secret-4"
+            answer = await asyncio.wait_for(c.call(SaslAuthenticateRequest[1](auth_bytes=token)), 10)
+            assert (answer.error_code, answer.error_message) == (58, "Authentication failed: no principal "
+                                                                     "for this user")
+            assert await is_closed(c.reader)
+            c.close()
+    run(scenario())

@@ -6,7 +6,11 @@ from __future__ import annotations
 import logging
 
 from kafka_quota_proxy.config.identity_settings import SaslSettings
-from kafka_quota_proxy.identity.kerberos_rules import KerberosShortNamer
+from kafka_quota_proxy.identity.kerberos_rules import (
+    KerberosShortNamer,
+    MalformedKerberosName,
+    NoMatchingRule,
+)
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, SaslState
 
@@ -18,6 +22,13 @@ class Spoofing(ProtocolError):
     kind = "sasl_spoofing"
 
 
+class UnmappedPrincipal(ProtocolError):
+    """A SASL name that sasl.kerberos.principal.to.local.rules cannot map: Kafka fails the
+    authentication."""
+
+    kind = "sasl_unmapped_principal"
+
+
 class Principals:
     """Kafka's sasl.kerberos.principal.to.local.rules, applied to SASL user names."""
 
@@ -26,7 +37,10 @@ class Principals:
         self.namer = KerberosShortNamer.parse(rules) if rules else None
 
     def bind(self, conn: ConnectionInfo, name: str) -> None:
-        principal = self.namer.short_name(name) if self.namer is not None else name
+        try:
+            principal = self.namer.short_name(name) if self.namer is not None else name
+        except (NoMatchingRule, MalformedKerberosName) as exc:
+            raise UnmappedPrincipal(f"no principal for SASL name {name!r}: {exc}") from None
         state = conn.sasl
         assert state is not None
         if state.authenticated and conn.principal != principal:

@@ -25,7 +25,7 @@ from kafka_quota_proxy.protocol.error_codes import (
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, SaslState
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
-from kafka_quota_proxy.proxy.stages.sasl_principals import Principals, sasl_state
+from kafka_quota_proxy.proxy.stages.sasl_principals import Principals, UnmappedPrincipal, sasl_state
 
 log = logging.getLogger("kafka_quota_proxy.sasl")
 
@@ -98,7 +98,12 @@ class SaslTerminate(RequestStage):
             state.server = None
             self.backoff.on_success(conn.ip)
             assert outcome.principal is not None
-            self.principals.bind(conn, outcome.principal)
+            try:
+                self.principals.bind(conn, outcome.principal)
+            except UnmappedPrincipal as exc:  # Kafka fails the authentication
+                self.on_failure(state.mechanism or "?")
+                log.warning("authentication failed from %s with %s: %s", conn.peer, state.mechanism, exc)
+                return b"", SASL_AUTHENTICATION_FAILED, "Authentication failed: no principal for this user", 0
         return outcome.server_bytes, 0, None, 0
 
     def _authenticate(self, ctx: RequestContext, state: SaslState, token: bytes) -> Reply:
