@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from kafka.protocol.consumer.fetch import FetchResponse
 
+from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.primitives import INT32, need
 from kafka_quota_proxy.protocol.walk import tagged_fields, walker
 
@@ -50,7 +51,10 @@ def read_fetch_request(frame: memoryview, body_offset: int, version: int) -> Fet
     else:
         tags = tagged_fields(body, result.tags_at)
         if REPLICA_STATE_TAG in tags:
-            replica_id = int(INT32.unpack_from(body, tags[REPLICA_STATE_TAG][0])[0])
+            start, end = tags[REPLICA_STATE_TAG]
+            if end - start < 4:  # the tag's own size bounds it, not the body's
+                raise MalformedMessage(f"ReplicaState tag of {end - start} bytes has no replica id")
+            replica_id = int(INT32.unpack_from(body, start)[0])
     max_wait_ms = int(INT32.unpack_from(body, offsets["MaxWaitMs"])[0])
     max_bytes_at = max_bytes = None
     if "MaxBytes" in offsets:
@@ -61,7 +65,10 @@ def read_fetch_request(frame: memoryview, body_offset: int, version: int) -> Fet
 
 def session_id(body: memoryview, version: int) -> int:
     """The session id of a Fetch response (v7+: after throttle_time_ms and error_code)."""
-    return int(INT32.unpack_from(body, 6)[0]) if version >= 7 else 0
+    if version < 7:
+        return 0
+    need(body, 6, 4)
+    return int(INT32.unpack_from(body, 6)[0])
 
 
 def throttled_response_body(version: int, throttle_ms: int, session: int) -> bytes:
