@@ -9,12 +9,34 @@ from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, Descri
 
 from kafka_quota_proxy.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS
 from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED
+from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
+from kafka_quota_proxy.quota.admin_api import WireComponent, WireEntity, WireOp
 
 SERVED = ((DESCRIBE_CLIENT_QUOTAS, 0, 1), (ALTER_CLIENT_QUOTAS, 0, 1))
+
+
+def _array(value: list[Any] | None, name: str) -> list[Any]:
+    # kafka-python decodes a length of -1 as None even where the schema allows no null; Kafka's
+    # parser refuses such a request, and so does the proxy.
+    if value is None:
+        raise MalformedMessage(f"null {name} array")
+    return value
+
+
+def describe_components(request: Any) -> list[WireComponent]:
+    """A decoded DescribeClientQuotas request's filter, as admin_api takes it."""
+    return [(c.entity_type, c.match_type, c.match) for c in _array(request.components, "components")]
+
+
+def alter_entries(request: Any) -> list[tuple[WireEntity, list[WireOp]]]:
+    """A decoded AlterClientQuotas request's entries, as admin_api takes them."""
+    return [([(e.entity_type, e.entity_name) for e in _array(entry.entity, "entity")],
+             [(op.key, op.value, op.remove) for op in _array(entry.ops, "ops")])
+            for entry in _array(request.entries, "entries")]
 
 
 class ClientQuotasApi(RequestStage):
@@ -33,8 +55,7 @@ class ClientQuotasApi(RequestStage):
         return Reply(self._alter(request, ctx))
 
     def _describe(self, request: Any, version: int) -> bytes:
-        result = self.control.describe(
-            [(c.entity_type, c.match_type, c.match) for c in request.components], request.strict)
+        result = self.control.describe(describe_components(request), request.strict)
         cls: Any = DescribeClientQuotasResponse
         entries = None
         if result.entries is not None:
@@ -48,8 +69,7 @@ class ClientQuotasApi(RequestStage):
 
     def _alter(self, request: Any, ctx: RequestContext) -> bytes:
         cls: Any = AlterClientQuotasResponse
-        wire = [([(e.entity_type, e.entity_name) for e in entry.entity],
-                 [(op.key, op.value, op.remove) for op in entry.ops]) for entry in request.entries]
+        wire = alter_entries(request)
         allowed = self.engine.settings.alter_principals
         if allowed is not None and ctx.conn.principal not in allowed:
             results: list[tuple[int, str | None]] = [
