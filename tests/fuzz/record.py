@@ -269,8 +269,8 @@ def cut(connections: list[Recorded], corpus: Corpus) -> None:
     for index, rec in enumerate(connections):
         sent, received = bytes(rec.sent), bytes(rec.received)
         seed = index % 255 + 1
-        corpus.add("framing", bytes([seed]) + sent[:2048], ("sent", index % 40), cap=1)
-        corpus.add("framing", bytes([seed]) + received[:2048], ("received", index % 40), cap=1)
+        corpus.add("framing", bytes([seed]) + sent[:512], ("sent", index % 40), cap=1)
+        corpus.add("framing", bytes([seed]) + received[:512], ("received", index % 40), cap=1)
         asked: dict[int, tuple[int, int]] = {}
         mechanism: str | None = None
         tokens: list[bytes] = []

@@ -20,7 +20,6 @@ tests/fuzz/atheris_main.py) and as a plain replay of the corpus in `make test`
 
 from __future__ import annotations
 
-import random
 import struct
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -75,15 +74,16 @@ SASL_ROLES = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 def _chunks(data: bytes, seed: int) -> list[bytes]:
-    """`data` cut at places drawn from `seed`: 1 to 40 bytes a chunk, or the whole at once."""
+    """`data` cut at places drawn from `seed` (0: the whole at once): chunk sizes cycle through
+    eight values from 1 to 256, so one input can have a 1-byte chunk beside a large one."""
     if seed == 0:
         return [data]
-    rng = random.Random(seed)
-    out, pos = [], 0
+    sizes = [1 + (seed * (2 * k + 1) * 37) % 256 for k in range(8)]
+    out, pos, k = [], 0, 0
     while pos < len(data):
-        step = rng.randint(1, 40)
-        out.append(data[pos:pos + step])
-        pos += step
+        out.append(data[pos:pos + sizes[k % 8]])
+        pos += sizes[k % 8]
+        k += 1
     return out
 
 
