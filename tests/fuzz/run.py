@@ -26,6 +26,7 @@ MAX_LEN = 16384
 # Stream targets: their seeds are a connection's first 512 bytes, and every byte costs a feed.
 MAX_LEN_OF = {"framing": 1024, "proxy_protocol": 1024}
 _STAT = re.compile(r"^stat::(\w+):\s+(\d+)", re.M)
+_DONE = re.compile(r"^Done \d+ runs in (\d+) second", re.M)
 _PROGRESS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)", re.M)
 
 
@@ -52,8 +53,19 @@ def fuzz(target: str, runs: int, out: Path) -> Outcome:
     start = time.monotonic()
     with open(log, "w") as f:
         status = subprocess.run(command, stdout=f, stderr=subprocess.STDOUT, check=False).returncode
-    seconds = time.monotonic() - start
-    text = log.read_text(errors="replace")
+    return summarize(target, out, time.monotonic() - start, status)
+
+
+def summarize(target: str, out: Path, seconds: float | None = None, status: int | None = None) -> Outcome:
+    """The outcome of a target's run, read from its log and its crash files (the time and exit
+    status too, when they are not given: libFuzzer's own count of seconds, and whether it ended)."""
+    work = out / target
+    text = (work / "fuzz.log").read_text(errors="replace")
+    if seconds is None:
+        done = _DONE.search(text)
+        seconds = float(done.group(1)) if done else 0.0
+    if status is None:
+        status = 0 if _DONE.search(text) else 1
     stats = {k: int(v) for k, v in _STAT.findall(text)}
     progress = _PROGRESS.findall(text)
     last = progress[-1] if progress else ("0", "0", "0", "0")
@@ -68,18 +80,24 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=1_000_000, help="inputs per target")
     parser.add_argument("--jobs", type=int, default=2, help="targets run side by side")
     parser.add_argument("--out", type=Path, default=Path("build/fuzz"))
+    parser.add_argument("--report", action="store_true",
+                        help="run nothing: print the table from the logs already in OUT")
     args = parser.parse_args()
     args.targets = args.targets or list(TARGETS)
     if unknown := set(args.targets) - set(TARGETS):
         parser.error(f"unknown targets: {', '.join(sorted(unknown))}")
     start = time.monotonic()
-    print(f"fuzzing {len(args.targets)} targets, {args.runs} inputs each, {args.jobs} at a time; "
-          f"logs in {args.out}/TARGET/fuzz.log", flush=True)
-    with ThreadPoolExecutor(args.jobs) as pool:
-        outcomes = []
-        for outcome in pool.map(lambda t: fuzz(t, args.runs, args.out), args.targets):
-            outcomes.append(outcome)
-            print(f"  {outcome.target:15} done in {outcome.seconds:6.0f} s", flush=True)
+    if not args.report:
+        print(f"fuzzing {len(args.targets)} targets, {args.runs} inputs each, {args.jobs} at a time; "
+              f"logs in {args.out}/TARGET/fuzz.log", flush=True)
+    outcomes = []
+    if args.report:
+        outcomes = [summarize(t, args.out) for t in args.targets if (args.out / t / "fuzz.log").exists()]
+    else:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            for outcome in pool.map(lambda t: fuzz(t, args.runs, args.out), args.targets):
+                outcomes.append(outcome)
+                print(f"  {outcome.target:15} done in {outcome.seconds:6.0f} s", flush=True)
     print(f"\n{'target':15} {'inputs run':>11} {'cov':>6} {'features':>9} {'corpus':>7} "
           f"{'crashes':>8} {'seconds':>8}")
     for o in outcomes:
