@@ -204,6 +204,7 @@ class Report:
     metadata_ok: bool
     crash_lines: list[str]
     log_path: str = ""
+    broker_death: str = ""  # the end of Tansu's log, if Tansu itself died during the run
 
     def problems(self) -> list[str]:
         out = []
@@ -217,6 +218,9 @@ class Report:
             out.append(f"consumed {len(d.consumed)} records of {d.count}, "
                        f"duplicates {len(d.consumed) - len(set(d.consumed))}, "
                        f"in order {d.consumed == sorted(d.consumed)}")
+        if self.broker_death:
+            out.append(f"Tansu (the broker) died during the run, so the records could not all be "
+                       f"delivered; the end of its log: {self.broker_death}")
         if not self.proxy_alive:
             out.append("the proxy process died")
         if not self.metadata_ok:
@@ -241,9 +245,23 @@ class Report:
         return "\n".join(lines)
 
 
+def _start_proxy(broker: Broker, node_id: int, attempts: int = 3) -> ProxyProcess:
+    """The proxy as a process; on a machine loaded enough that it does not listen within
+    ProxyProcess's 20 s, tried again rather than the run lost."""
+    for attempt in range(attempts):
+        proxy = ProxyProcess(broker.address, node_id)
+        try:
+            return proxy.start()
+        except TimeoutError:
+            proxy.stop()
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 def fuzz_proxy(broker: Broker, node_id: int, seconds: float, senders: int = 3, seed: int = 0) -> Report:
     """Run the whole-proxy fuzz against a fresh proxy in front of `broker`."""
-    proxy = ProxyProcess(broker.address, node_id).start()
+    proxy = _start_proxy(broker, node_id)
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -275,11 +293,16 @@ def fuzz_proxy(broker: Broker, node_id: int, seconds: float, senders: int = 3, s
         elapsed = time.monotonic() - start
         consume_sequence(proxy.bootstrap, topic, delivery.count, delivery)
         alive = proxy.proc is not None and proxy.proc.poll() is None
-        metadata_ok = alive and metadata_answered(proxy.bootstrap)
+        broker_death = broker.log_tail(4) if broker.stopped else ""
+        try:
+            metadata_ok = alive and metadata_answered(proxy.bootstrap)
+        except Exception:  # noqa: BLE001 - a KafkaException: no Metadata answer
+            metadata_ok = False
         errors = protocol_errors(proxy.metrics()) if alive else {}
         log = proxy.log_text()
         crash_lines = [line for line in log.splitlines() if any(m in line for m in CRASH_MARKS)]
-        return Report(elapsed, tally, delivery, errors, alive, metadata_ok, crash_lines, str(proxy.log_path))
+        return Report(elapsed, tally, delivery, errors, alive, metadata_ok, crash_lines, str(proxy.log_path),
+                      broker_death)
     finally:
         proxy.stop()
 
