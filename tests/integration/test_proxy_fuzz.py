@@ -21,6 +21,11 @@ def test_fuzzed_sessions_beside_an_idempotent_producer() -> None:
     finally:
         broker.stop()
     print(report.summary())
+    assert report.proxy_alive and report.crash_lines == []
+    if report.broker_death:
+        # Tansu aborts on some fuzzed requests ("memory allocation of N bytes failed",
+        # docs/reliability.md): then nothing can be delivered, whatever the proxy does.
+        pytest.xfail(f"Tansu died during the fuzz: {report.broker_death[-200:]}")
     assert report.problems() == []
     assert report.delivery.count > 0 and report.tally.sessions > 50
     # The fuzz reached the decoders: bad input was refused, as protocol errors of several kinds.
