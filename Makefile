@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: demo check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
-        load fuzz-properties
+        load fuzz fuzz-proxy fuzz-properties
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,7 +64,21 @@ lint: $(STAMP)
 # The long reliability runs, outside `make test` (docs/reliability.md); short versions of each
 # run in make test.
 
-# fuzz: (tests/fuzz)
+# fuzz: every atheris target (tests/fuzz/targets.py) for FUZZ_RUNS inputs each, seeded from the
+# recorded corpus in tests/fuzz/corpus; prints inputs run, coverage and crashes per target (work
+# corpus, logs and crash inputs in build/fuzz). Installs the `fuzz` extra (atheris) first.
+# fuzz-proxy: mutated real sessions against a proxy in front of Tansu for FUZZ_PROXY_SECONDS,
+# beside an idempotent producer whose every record must come back once and in order.
+FUZZ_RUNS ?= 1000000
+FUZZ_JOBS ?= 2
+FUZZ_PROXY_SECONDS ?= 300
+
+fuzz: $(STAMP)
+	$(BIN)/pip install --quiet -e '.[fuzz]'
+	$(BIN)/python -m tests.fuzz.run --runs $(FUZZ_RUNS) --jobs $(FUZZ_JOBS)
+
+fuzz-proxy: $(STAMP)
+	$(BIN)/python -m tests.fuzz.proxy_fuzz --seconds $(FUZZ_PROXY_SECONDS)
 
 # The property tests (hypothesis) of every decoder with thousands of random examples each, where
 # make check/test run 40 with a fixed seed; prints each test's example count (docs/reliability.md).

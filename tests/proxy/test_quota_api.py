@@ -142,3 +142,31 @@ def test_a_body_that_does_not_decode_closes_that_connection(api_key: int, versio
         run(scenario())
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
     assert f"(ANONYMOUS, bootstrap): malformed: cannot decode {name} v{version}: " in warning
+
+
+# --- Found by the coverage-guided fuzzer (make fuzz) --------------------------------------------
+
+# crash-9894e27b24cf68b7614f4a2c2d01efe89a6d2d8b (client_quotas target): AlterClientQuotas v1
+# with a null `entries` array, which kafka-python decodes as None. The stage iterated over it:
+# a TypeError out of data_received, a traceback in the log, and no protocol error counted.
+NULL_ENTRIES = bytes.fromhex(
+    "000000540031000100000001000d6b61666b612d00280030000100000001000d"
+    "6b61666b612d636f6e6669677300020575640461707000021372657175656f62"
+    "000a636c69656e7461676540490000000000000000000000")
+
+
+@pytest.mark.parametrize("frame", [
+    NULL_ENTRIES,
+    request_frame(48, 0, 5, b"\xff\xff\xff\xff\x00", client_id=b"kafka-configs"),  # null components
+], ids=["alter-null-entries", "describe-null-components"])
+def test_a_null_quota_array_is_a_protocol_error(frame: bytes, caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        async with running(Script()) as h:
+            reader, writer = await h.connect()
+            writer.write(frame)
+            assert await is_closed(reader)
+            assert h.errors("malformed") == 1
+            writer.close()
+
+    run(scenario())
+    assert "Traceback" not in caplog.text and "null" in caplog.text

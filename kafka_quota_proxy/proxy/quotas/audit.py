@@ -10,7 +10,7 @@ credentials, only principal names.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 
@@ -28,7 +28,7 @@ def _value(value: float | None) -> str:
     return str(int(value)) if value == int(value) and abs(value) < 2**53 else repr(value)
 
 
-def wire_entity(entity: list[tuple[str, str | None]]) -> str:
+def wire_entity(entity: Sequence[tuple[str, str | None]]) -> str:
     """A wire entity as `type=name` pairs; the default (a null name) as <default>."""
     return ", ".join(f"{kind}={'<default>' if name is None else name}" for kind, name in entity) or "(none)"
 

@@ -23,7 +23,13 @@ from kafka_quota_proxy.proxy.quotas.audit import ACCEPTED, API, REFUSED, VALIDAT
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
-from kafka_quota_proxy.quota.admin_api import QuotaRequestError, entity_from_wire
+from kafka_quota_proxy.quota.admin_api import (
+    QuotaRequestError,
+    WireComponent,
+    WireEntity,
+    WireOp,
+    entity_from_wire,
+)
 from kafka_quota_proxy.quota.entities import QuotaKey
 
 log = logging.getLogger("kafka_quota_proxy.quotas")
@@ -37,10 +43,23 @@ UPGRADE_NOTE = ("quota management through the proxy is closed unless quota.alter
 
 
 def _items(array: Any, name: str) -> Any:
-    """A request array that the schema says is never null (kafka-python reads length -1 as None)."""
+    """A request array that the schema says is never null (kafka-python reads length -1 as None;
+    Kafka's parser refuses such a request, and so does the proxy)."""
     if array is None:
         raise MalformedMessage(f"{name} is null")
     return array
+
+
+def describe_components(request: Any) -> list[WireComponent]:
+    """A decoded DescribeClientQuotas request's filter, as admin_api takes it."""
+    return [(c.entity_type, c.match_type, c.match) for c in _items(request.components, "components")]
+
+
+def alter_entries(request: Any) -> list[tuple[WireEntity, list[WireOp]]]:
+    """A decoded AlterClientQuotas request's entries, as admin_api takes them."""
+    return [([(e.entity_type, e.entity_name) for e in _items(entry.entity, "entity")],
+             [(op.key, op.value, op.remove) for op in _items(entry.ops, "ops")])
+            for entry in _items(request.entries, "entries")]
 
 
 class ClientQuotasApi(RequestStage):
@@ -69,9 +88,7 @@ class ClientQuotasApi(RequestStage):
             msg = cls(version=version, throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
                       error_message=verdict.reason, entries=None)
             return bytes(msg.encode(version=version))
-        result = self.control.describe(
-            [(c.entity_type, c.match_type, c.match) for c in _items(request.components, "components")],
-            request.strict)
+        result = self.control.describe(describe_components(request), request.strict)
         entries = None
         if result.entries is not None:
             entries = [cls.EntryData(
@@ -84,9 +101,7 @@ class ClientQuotasApi(RequestStage):
 
     def _alter(self, request: Any, ctx: RequestContext) -> bytes:
         cls: Any = AlterClientQuotasResponse
-        wire = [([(e.entity_type, e.entity_name) for e in _items(entry.entity, "entity")],
-                 [(op.key, op.value, op.remove) for op in _items(entry.ops, "ops")])
-                for entry in _items(request.entries, "entries")]
+        wire = alter_entries(request)
         conn = ctx.conn
         verdict = self.access.may_alter(self.engine.settings, conn.principal, conn.ip)
         before = self.control.effective()
