@@ -34,7 +34,7 @@ check: $(STAMP)
 	$(MAKE) --no-print-directory -j2 --output-sync=target typecheck unit
 
 unit: $(STAMP)
-	$(PYTEST) -n 2 -m "$(FAST)"
+	HYPOTHESIS_PROFILE=check $(PYTEST) -n 2 -m "$(FAST)"
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -20,6 +20,9 @@ from devkit.tansu import Broker
 # each run and with thousands of examples: HYPOTHESIS_PROFILE=long (`make fuzz-properties`).
 settings.register_profile("ci", max_examples=40, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow])
+# make check's: fewer examples, the same fixed seed (make test runs "ci").
+settings.register_profile("check", max_examples=15, deadline=None, derandomize=True, database=None,
+                          suppress_health_check=[HealthCheck.too_slow])
 settings.register_profile("long", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -494,6 +494,7 @@ def test_cli_add_list_remove(tmp_path: Path) -> None:
     assert users_cli("list", "--file", path).stdout == "bob\tPLAIN\n"
 
 
+@pytest.mark.slow  # starts the CLI as a process: about a second each
 def test_cli_add_again_changes_the_password(tmp_path: Path) -> None:
     path = str(tmp_path / "users.yaml")
     users_cli("add", "alice", "--file", path, "--password-stdin", "--mechanisms", "PLAIN", stdin="old\n")
@@ -505,6 +506,7 @@ def test_cli_add_again_changes_the_password(tmp_path: Path) -> None:
     assert store.verify_plain("alice", CLI_PASSWORD) and not store.verify_plain("alice", "old")
 
 
+@pytest.mark.slow  # starts the CLI as a process: about a second each
 def test_cli_list_quotes_odd_names(tmp_path: Path) -> None:
     path = str(tmp_path / "users.json")
     users_cli("add", "bob smith", "--file", path, "--password-stdin", "--mechanisms", "PLAIN", stdin="pw\n")
@@ -512,6 +514,7 @@ def test_cli_list_quotes_odd_names(tmp_path: Path) -> None:
     assert json.loads(Path(path).read_text())["users"][0]["name"] == "bob smith"
 
 
+@pytest.mark.slow  # starts the CLI as a process: about a second each
 @pytest.mark.parametrize("args, stdin, expected", [
     (("add", "alice", "--password-stdin"), "", "no password on the first line of standard input"),
     (("add", "alice", "--password-stdin"), "\n", "no password on the first line of standard input"),
@@ -537,6 +540,7 @@ def test_cli_errors_are_one_line_and_exit_2(tmp_path: Path, args: tuple[str, ...
     assert path.read_bytes() == before  # a refused change leaves the file alone
 
 
+@pytest.mark.slow  # starts the CLI as a process: about a second each
 def test_cli_refuses_to_overwrite_a_bad_file(tmp_path: Path) -> None:
     path = tmp_path / "users.yaml"
     path.write_text("version: 7\nusers: []\n")
@@ -547,6 +551,7 @@ def test_cli_refuses_to_overwrite_a_bad_file(tmp_path: Path) -> None:
     assert path.read_text() == "version: 7\nusers: []\n"
 
 
+@pytest.mark.slow  # starts the CLI as a process: about a second each
 def test_cli_missing_file(tmp_path: Path) -> None:
     for command in ("list", "remove"):
         args = (command, "--file", str(tmp_path / "nope.yaml")) if command == "list" else \
@@ -555,6 +560,7 @@ def test_cli_missing_file(tmp_path: Path) -> None:
         assert result.returncode == 2 and "the credentials file does not exist" in result.stderr
 
 
+@pytest.mark.slow  # starts the CLI as a process: about a second each
 def test_cli_usage_errors_exit_2(tmp_path: Path) -> None:
     for args in ((), ("add", "alice"), ("frobnicate",), ("list",)):
         result = users_cli(*args)

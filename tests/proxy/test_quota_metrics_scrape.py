@@ -63,6 +63,7 @@ async def _ident() -> int:
     return threading.get_ident()
 
 
+@pytest.mark.slow  # scrapes for 2 s
 def test_scrapes_while_the_loop_records_never_fail(loop: asyncio.AbstractEventLoop) -> None:
     engine = quoted_engine()
     managers = engine.scope("b:1")
