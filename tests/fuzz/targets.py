@@ -25,8 +25,6 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, DescribeClientQuotasResponse
-
 from kafka_quota_proxy.identity.credentials import CredentialStore, PlainVerifier, UserCredentials
 from kafka_quota_proxy.identity.sasl_server import SaslAuthenticationError, SaslServer
 from kafka_quota_proxy.identity.sasl_tokens import (
@@ -58,7 +56,12 @@ from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeaderParser
 from kafka_quota_proxy.protocol.rewrite import carries_addresses, rewrite_addresses
 from kafka_quota_proxy.protocol.throttle import patched, read_throttle, throttle_offset
 from kafka_quota_proxy.proxy.cluster import Cluster
-from kafka_quota_proxy.proxy.stages.client_quotas_api import alter_entries, describe_components
+from kafka_quota_proxy.proxy.stages.client_quotas_api import (
+    alter_entries,
+    alter_response,
+    describe_components,
+    describe_response,
+)
 from kafka_quota_proxy.quota.admin_api import alter_client_quotas, describe_client_quotas
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 
@@ -219,28 +222,12 @@ def client_quotas(data: bytes) -> None:
             wire = alter_entries(request)
     except ProtocolError:
         return
-    cls: Any
     if header.api_key == DESCRIBE_CLIENT_QUOTAS:
-        result = describe_client_quotas(_QUOTAS, components, request.strict)
-        cls = DescribeClientQuotasResponse
-        entries = None
-        if result.entries is not None:
-            entries = [cls.EntryData(
-                entity=[cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
-                values=[cls.EntryData.ValueData(key=k, value=v) for k, v in values.items()])
-                for entity, values in result.entries]
-        msg = cls(version=version, throttle_time_ms=0, error_code=result.error_code,
-                  error_message=result.error_message, entries=entries)
-        msg.encode(version=version)
+        describe_response(describe_client_quotas(_QUOTAS, components, request.strict), version)
         return
     results = alter_client_quotas(_QUOTAS, wire, request.validate_only).results
     assert len(results) == len(wire)
-    cls = AlterClientQuotasResponse
-    msg = cls(version=version, throttle_time_ms=0, entries=[
-        cls.EntryData(error_code=code, error_message=message, entity=[
-            cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity])
-        for (code, message), (entity, _) in zip(results, wire, strict=True)])
-    msg.encode(version=version)
+    alter_response(results, wire, version)
 
 
 # ---- responses ----------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.quota.admin_api import (
+    DescribeResult,
     QuotaRequestError,
     WireComponent,
     WireEntity,
@@ -62,6 +63,31 @@ def alter_entries(request: Any) -> list[tuple[WireEntity, list[WireOp]]]:
             for entry in _items(request.entries, "entries")]
 
 
+def describe_response(result: DescribeResult, version: int) -> bytes:
+    """A DescribeClientQuotas response body for `result`."""
+    cls: Any = DescribeClientQuotasResponse
+    entries = None
+    if result.entries is not None:
+        entries = [cls.EntryData(
+            entity=[cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
+            values=[cls.EntryData.ValueData(key=k, value=v) for k, v in values.items()])
+            for entity, values in result.entries]
+    msg = cls(version=version, throttle_time_ms=0, error_code=result.error_code,
+              error_message=result.error_message, entries=entries)
+    return bytes(msg.encode(version=version))
+
+
+def alter_response(results: list[tuple[int, str | None]], wire: list[tuple[WireEntity, list[WireOp]]],
+                   version: int) -> bytes:
+    """An AlterClientQuotas response body: each request entry with its (error code, message)."""
+    cls: Any = AlterClientQuotasResponse
+    msg = cls(version=version, throttle_time_ms=0, entries=[
+        cls.EntryData(error_code=code, error_message=message, entity=[
+            cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity])
+        for (code, message), (entity, _) in zip(results, wire, strict=True)])
+    return bytes(msg.encode(version=version))
+
+
 class ClientQuotasApi(RequestStage):
     """Answers DescribeClientQuotas and AlterClientQuotas at the proxy, against its own quota store."""
 
@@ -80,27 +106,15 @@ class ClientQuotasApi(RequestStage):
         return Reply(self._alter(request, ctx))
 
     def _describe(self, request: Any, ctx: RequestContext) -> bytes:
-        cls: Any = DescribeClientQuotasResponse
-        version = ctx.api_version
         verdict = self.access.may_describe(self.engine.settings, ctx.conn.principal, ctx.conn.ip)
         if not verdict.allowed:
             self._note_upgrade()
-            msg = cls(version=version, throttle_time_ms=0, error_code=CLUSTER_AUTHORIZATION_FAILED,
-                      error_message=verdict.reason, entries=None)
-            return bytes(msg.encode(version=version))
-        result = self.control.describe(describe_components(request), request.strict)
-        entries = None
-        if result.entries is not None:
-            entries = [cls.EntryData(
-                entity=[cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
-                values=[cls.EntryData.ValueData(key=k, value=v) for k, v in values.items()])
-                for entity, values in result.entries]
-        msg = cls(version=version, throttle_time_ms=0, error_code=result.error_code,
-                  error_message=result.error_message, entries=entries)
-        return bytes(msg.encode(version=version))
+            result = DescribeResult(CLUSTER_AUTHORIZATION_FAILED, verdict.reason, None)
+        else:
+            result = self.control.describe(describe_components(request), request.strict)
+        return describe_response(result, ctx.api_version)
 
     def _alter(self, request: Any, ctx: RequestContext) -> bytes:
-        cls: Any = AlterClientQuotasResponse
         wire = alter_entries(request)
         conn = ctx.conn
         verdict = self.access.may_alter(self.engine.settings, conn.principal, conn.ip)
@@ -125,11 +139,7 @@ class ClientQuotasApi(RequestStage):
                 self.control.audit.record(
                     API, REFUSED if code else done, conn.principal, conn.peer, wire_entity(entity), key,
                     was, None if remove else value, message if code else None)
-        msg = cls(version=ctx.api_version, throttle_time_ms=0, entries=[
-            cls.EntryData(error_code=code, error_message=message, entity=[
-                cls.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity])
-            for (code, message), (entity, _) in zip(results, wire, strict=True)])
-        return bytes(msg.encode(version=ctx.api_version))
+        return alter_response(results, wire, ctx.api_version)
 
     def _note_upgrade(self) -> None:
         """Once a process, when the operator never said who may manage quotas: what to set."""
