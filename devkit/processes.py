@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -80,6 +81,30 @@ def _free_port_in(ports: range) -> int:
             _handed_out.add(port)
             return port
     raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
+
+
+def die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: have the kernel SIGKILL the child if this process dies without cleaning up
+    (`preexec_fn` of the servers devkit starts: Tansu, weed).
+
+    Strictly, when the thread that started it ends: start servers from a thread that outlives
+    it (the main thread, as the demo, the tests and the benchmarks do)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def log_tail(path: Path | None, lines: int = 15) -> str:
+    """The last lines of a child's log file ("" if there is none)."""
+    if path is None:
+        return ""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
 
 
 def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | None = None) -> None:

