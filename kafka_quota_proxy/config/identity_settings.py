@@ -194,15 +194,24 @@ def parse_ssl_rules(raw: Any) -> str:
     return raw
 
 
-def principal_for_address(ip: str, table: tuple[tuple[Any, str], ...]) -> str | None:
-    if not table:
-        return None
+def client_address(ip: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """A client's address as the rules see it (an IPv4-mapped IPv6 address as IPv4), or None if
+    `ip` is not an address."""
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError:
         return None
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        addr = addr.ipv4_mapped
+        return addr.ipv4_mapped
+    return addr
+
+
+def principal_for_address(ip: str, table: tuple[tuple[Any, str], ...]) -> str | None:
+    if not table:
+        return None
+    addr = client_address(ip)
+    if addr is None:
+        return None
     for net, principal in table:
         if addr.version == net.version and addr in net:
             return principal

@@ -13,10 +13,10 @@ names who may, exactly those may.
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
 from kafka_quota_proxy.config import Settings
+from kafka_quota_proxy.config.identity_settings import client_address
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.identity import ANONYMOUS
 
@@ -30,13 +30,8 @@ def authenticates_clients(settings: Settings) -> bool:
 
 
 def is_loopback(ip: str) -> bool:
-    try:
-        address = ipaddress.ip_address(ip)
-    except ValueError:
-        return False
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_loopback
+    address = client_address(ip)
+    return address is not None and address.is_loopback
 
 
 def open_to_everyone(settings: QuotaSettings) -> list[str]:
