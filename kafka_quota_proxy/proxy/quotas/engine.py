@@ -27,7 +27,8 @@ from kafka_quota_proxy.quota.managers import (
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.resolution import QuotaStore
-from kafka_quota_proxy.quota.sensors import LocalSensors
+from kafka_quota_proxy.quota.sensors import LocalSensors, StatFactory
+from kafka_quota_proxy.quota.shared import ScopedShared, SharedQuotas
 
 EXPIRY_MS = 3_600_000  # Kafka expires idle quota sensors after an hour
 
@@ -104,11 +105,15 @@ class QuotaEngine:
     """Everything quota-related the proxy holds: configured quotas, managers, switches."""
 
     def __init__(self, settings: QuotaSettings, store: QuotaStore,
-                 clock: Callable[[], int] = monotonic_ms) -> None:
+                 clock: Callable[[], int] = monotonic_ms, shared_buckets: int | None = None) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.config = MetricConfig(samples=settings.window_num, window_ms=settings.window_ms)
+        # With a shared store (`store:`), byte rates and controller mutations of scopes `broker`
+        # and `cluster` are measured across replicas (docs/cluster-quotas.md); None: this
+        # process alone.
+        self.shared = SharedQuotas(self.config, shared_buckets) if shared_buckets else None
         pid = settings.producer_ids
         self.producer_id_config = MetricConfig(samples=pid.window_num, window_ms=pid.window_ms)
         # A secret seed per process: a client cannot choose producer ids whose filter bits are
@@ -188,19 +193,27 @@ class QuotaEngine:
     # -- managers ---------------------------------------------------------------------------------
 
     def scope(self, broker: str) -> ScopeManagers:
-        key = "proxy" if self.settings.scope == "proxy" else broker
+        scope = self.settings.scope
+        key = broker if scope == "broker" else scope
         found = self._scopes.get(key)
         if found is None:
             found = self._scopes[key] = ScopeManagers(
                 produce=ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE, self.store, self.config,
-                                           self._new_sensors()),
+                                           self._new_sensors(), self._stats("produce", key)),
                 fetch=ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, self.store, self.config,
-                                         self._new_sensors()),
+                                         self._new_sensors(), self._stats("fetch", key)),
                 request=ClientRequestQuotaManager(self.store, self.config, self._new_sensors()),
-                mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors()),
+                mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors(),
+                                                        self._stats("mutation", key)),
                 producer_ids=self._producer_id_manager(),
             )
         return found
+
+    def _stats(self, kind: str, scope: str) -> StatFactory | None:
+        # Scope `proxy` is this process's own budget, store or not.
+        if self.shared is None or scope == "proxy":
+            return None
+        return ScopedShared(self.shared, kind, scope)
 
     def _producer_id_manager(self) -> ProducerIdQuotaManager:
         s = self.settings.producer_ids
