@@ -112,6 +112,8 @@ def parse_store(raw: Any) -> StoreSettings | None:
         elif key == "degraded_grace_seconds":
             values[key] = _seconds(full, value)
         elif key == "password_env":
+            if value is None:
+                continue
             if not isinstance(value, str) or not value:
                 raise ConfigError(full, "expected the name of an environment variable")
             values[key] = value
