@@ -26,7 +26,7 @@ class StoreSettings:
     cluster: bool = False
     key_prefix: str = "kqp"
     sync_interval_ms: int = 100
-    timeout_ms: int = 200  # connect and each sync; a sync that takes longer has failed
+    timeout_ms: int = 500  # connect and each sync; a sync that takes longer has failed
     buckets: int = 16  # entities are spread over this many hash-tagged buckets (one call each)
     on_failure: str = "local_share"
     degraded_grace_seconds: float = 30.0

@@ -75,7 +75,8 @@ class Proxy:
                                   shared_buckets=settings.store.buckets if settings.store else None)
         self.store_sync: StoreSync | None = None
         if settings.store is not None and self.engine.shared is not None:
-            self.store_sync = StoreSync(settings.store, self.engine.shared, config=self.quota_control)
+            self.store_sync = StoreSync(settings.store, self.engine.shared, config=self.quota_control,
+                                        id_rates=self.engine.shared_id_rates, ids=self.engine.shared_ids)
             self.metrics.registry.register(StoreCollector(self.store_sync, self.engine.clock))
         self.metrics.registry.register(QuotaCollector(self.engine, lambda: self._loop))
         self.sasl_stage = self._sasl_stage(settings)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
@@ -429,3 +429,36 @@ class ScopedShared:
 
     def bucket(self, key: Hashable, rate_per_s: float) -> TokenBucket:
         return self.shared.bucket(sensor_key_text(self.kind, self.scope, key), rate_per_s)
+
+
+class Uncounts(Protocol):
+    """Takes back a count (a quota manager's `unrecord`)."""
+
+    def unrecord(self, user: str, client_id: str | None, value: float, now_ms: float) -> None: ...
+
+
+class SharedIds:
+    """Producer ids this replica counted as new for a user, waiting to be checked against the
+    fleet's: an id another replica had already counted is taken back here, so an id seen through
+    two replicas counts once (`producer_ids_rate`). Only local misses come here: an id this
+    replica's own filters know was never counted again."""
+
+    def __init__(self, window_ms: int, clock: StoreClock, max_pending: int = 100_000) -> None:
+        self.window_ms = window_ms
+        self.clock = clock
+        self.max_pending = max_pending
+        self.pending: list[tuple[Uncounts, str, int, int]] = []  # (who counted, user, id, window)
+        self.dropped = 0  # not checked because `pending` was full (the store out of reach)
+
+    def counted(self, counter: Uncounts, user: str, pid: int, now_ms: float) -> None:
+        if len(self.pending) >= self.max_pending:
+            self.dropped += 1
+            return
+        self.pending.append((counter, user, pid, self.clock.sample(now_ms, self.window_ms)))
+
+    def take(self) -> list[tuple[Uncounts, str, int, int]]:
+        taken, self.pending = self.pending, []
+        return taken
+
+    def give_back(self, taken: list[tuple[Uncounts, str, int, int]]) -> None:
+        self.pending[:0] = taken[: max(0, self.max_pending - len(self.pending))]

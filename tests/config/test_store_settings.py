@@ -17,7 +17,7 @@ def test_absent_means_no_store() -> None:
 def test_defaults() -> None:
     s = parse_store({"url": "redis://valkey:6379"})
     assert s == StoreSettings(url="redis://valkey:6379", cluster=False, key_prefix="kqp",
-                              sync_interval_ms=100, timeout_ms=200, buckets=16,
+                              sync_interval_ms=100, timeout_ms=500, buckets=16,
                               on_failure="local_share", degraded_grace_seconds=30.0)
 
 

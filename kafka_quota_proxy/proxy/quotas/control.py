@@ -8,9 +8,11 @@ touched. Deleting the state file (with the proxy stopped) hands every key back t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.config.quota_state import (
     ApiQuotaLayer,
     change_field,
@@ -33,6 +35,8 @@ from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
+
+log = logging.getLogger("kafka_quota_proxy")
 
 
 class QuotaControl:
@@ -110,7 +114,10 @@ class QuotaControl:
         self.layer = layer
         after = self.effective()
         self.audit.shared_change(before, after)
+        self._apply()  # in force first: a state file that cannot be written must not stop that
         if self.state_path is not None:
-            save_state(self.state_path, self.layer)
-        self._apply()
+            try:
+                save_state(self.state_path, self.layer)
+            except ConfigError as exc:
+                log.error("quotas from the store are in force but not saved locally: %s", exc)
         return skipped

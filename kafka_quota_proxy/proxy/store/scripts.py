@@ -94,17 +94,50 @@ return redis.call('INCR', KEYS[2])
 """
 
 
-def bucket_tag(prefix: str, bucket: int) -> str:
-    return f"{{{prefix}:b{bucket}}}"
+def bucket_tag(prefix: str, bucket: int, kind: str = "b") -> str:
+    """`kind`: "b" for the byte rates and mutations, "p" for producer-id rates (their windows
+    differ), "i" for the producer ids themselves."""
+    return f"{{{prefix}:{kind}{bucket}}}"
 
 
-def bucket_keys(prefix: str, bucket: int, samples: list[int]) -> list[str]:
-    tag = bucket_tag(prefix, bucket)
+def bucket_keys(prefix: str, bucket: int, samples: list[int], kind: str = "b") -> list[str]:
+    tag = bucket_tag(prefix, bucket, kind)
     keys = [f"{tag}:r"]
     for s in samples:
         keys.append(f"{tag}:c:{s}")
         keys.append(f"{tag}:t:{s}")
     return keys
+
+
+# KEYS: per (user, window) group, its window's set and the window before's. ARGV: ttl_ms, then
+# per group: n, id*. Returns one flag per id: 1 if no replica had counted it in either window.
+SEEN_IDS = """
+local ttl = tonumber(ARGV[1])
+local out = {}
+local i = 2
+local k = 1
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  i = i + 1
+  local cur, prev = KEYS[k], KEYS[k + 1]
+  k = k + 2
+  for _ = 1, n do
+    local fresh = redis.call('SADD', cur, ARGV[i])
+    if fresh == 1 and redis.call('SISMEMBER', prev, ARGV[i]) == 1 then
+      fresh = 0
+    end
+    out[#out + 1] = fresh
+    i = i + 1
+  end
+  redis.call('PEXPIRE', cur, ttl)
+end
+return out
+"""
+
+
+def id_set_keys(prefix: str, bucket: int, user: str, window: int) -> list[str]:
+    tag = bucket_tag(prefix, bucket, "i")
+    return [f"{tag}:{window}:{user}", f"{tag}:{window - 1}:{user}"]
 
 
 def heartbeat_key(prefix: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.store import scripts
-from kafka_quota_proxy.quota.shared import SharedQuotas, SyncBatch
+from kafka_quota_proxy.quota.shared import SharedIds, SharedQuotas, SyncBatch, bucket_of
 
 log = logging.getLogger("kafka_quota_proxy.store")
 
@@ -87,9 +87,15 @@ class StoreSync:
 
     def __init__(self, settings: StoreSettings, shared: SharedQuotas,
                  clock: Callable[[], float] = monotonic_ms, replica: str | None = None,
-                 client: Any = None, config: SharedConfig | None = None) -> None:
+                 client: Any = None, config: SharedConfig | None = None,
+                 id_rates: SharedQuotas | None = None, ids: SharedIds | None = None) -> None:
         self.settings = settings
         self.shared = shared
+        # Each registry syncs under its own bucket kind: byte rates and mutations, producer-id rates.
+        self.registries: list[tuple[str, SharedQuotas]] = [("b", shared)]
+        if id_rates is not None:
+            self.registries.append(("p", id_rates))
+        self.ids = ids
         self.config = config
         self._config_version: int | None = None  # the store's quotas version last adopted
         self.clock = clock
@@ -98,9 +104,13 @@ class StoreSync:
         self._client = client
         self._scripts: dict[str, Any] = {}
         self._failures = 0
-        self._wrote: set[int] = set()  # buckets written to since the store was last found empty
+        self._wrote: set[tuple[str, int]] = set()  # buckets written to (the store had them then)
         self._clock_set = False
-        shared.policy = "local_share"
+        for _, registry in self.registries:
+            registry.policy = "local_share"
+        # Until the store's clock is read, this host's: counts made before the first sync then
+        # land in (about) the right aligned samples rather than in samples from the epoch.
+        shared.clock.offset_ms = time.time_ns() / 1_000_000 - clock()
 
     @property
     def client(self) -> Any:
@@ -136,8 +146,13 @@ class StoreSync:
                 await self._heartbeat()
                 if self.config is not None:
                     await self._sync_config(self.config)
-                batches = self.shared.collect(self.clock())
-                await asyncio.gather(*(self._sync_bucket(b) for b in batches))
+                if self.ids is not None and self.ids.pending:
+                    # First: the ids another replica counted first are taken back here, and the
+                    # counts written below are then already without them.
+                    await self._sync_ids(self.ids)
+                now = self.clock()
+                await asyncio.gather(*(self._sync_bucket(kind, registry, b) for kind, registry
+                                       in self.registries for b in registry.collect(now)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any store failure degrades, never crashes
@@ -150,10 +165,11 @@ class StoreSync:
         if len(self.stats.durations_ms) > 10_000:
             del self.stats.durations_ms[:5_000]
         self.stats.last_success_ms = now
-        self.stats.entities = len(self.shared)
+        self.stats.entities = sum(len(registry) for _, registry in self.registries)
         self._failures = 0
         if self.stats.degraded:
-            self.shared.recover()
+            for _, registry in self.registries:
+                registry.recover()
             self.stats.degraded = False
             log.warning("quota store %s answers again: shared quotas back in force",
                         self.settings.redacted_url)
@@ -167,7 +183,8 @@ class StoreSync:
             return
         if not self.stats.degraded:
             self.stats.degraded = True
-            self.shared.degrade(now, "local_share")
+            for _, registry in self.registries:
+                registry.degrade(now, "local_share")
             log.warning("quota store %s failed twice (%s): each quota is now enforced as this "
                         "replica's share of it (of %d live replicas); after %.0fs: %s",
                         self.settings.redacted_url, _reason(exc), self.shared.live_replicas,
@@ -177,7 +194,8 @@ class StoreSync:
         grace_ms = self.settings.degraded_grace_seconds * 1000
         if (since is not None and now - since >= grace_ms
                 and self.shared.policy != self.settings.on_failure):
-            self.shared.degrade(now, self.settings.on_failure)  # type: ignore[arg-type]
+            for _, registry in self.registries:
+                registry.degrade(now, self.settings.on_failure)  # type: ignore[arg-type]
             log.warning("quota store still failing after %.0fs: on_failure %s applies",
                         self.settings.degraded_grace_seconds, self.settings.on_failure)
 
@@ -187,7 +205,8 @@ class StoreSync:
         server_ms, live = await self._script("heartbeat", scripts.HEARTBEAT)(
             keys=[scripts.heartbeat_key(self.settings.key_prefix)], args=[self.replica, gone_after_ms])
         received = self.clock()
-        self.shared.live_replicas = max(1, int(live))
+        for _, registry in self.registries:
+            registry.live_replicas = max(1, int(live))
         # The store's clock decides the aligned samples; moved only when it drifts by 20 ms.
         offset = int(server_ms) - (sent + received) / 2
         if not self._clock_set or abs(offset - self.shared.clock.offset_ms) > 20:
@@ -224,13 +243,44 @@ class StoreSync:
                         len(skipped), skipped[0][:120])
         self._config_version = version
 
-    async def _sync_bucket(self, batch: SyncBatch) -> None:
+    async def _sync_ids(self, ids: SharedIds) -> None:
+        """Ask the store which of the ids counted here another replica had counted first, and
+        take those back: an id seen through two replicas counts once."""
+        taken = ids.take()
+        groups: dict[int, dict[tuple[str, int], list[int]]] = {}
+        for _, user, pid, window in taken:
+            groups.setdefault(bucket_of(user, self.settings.buckets), {}).setdefault(
+                (user, window), []).append(pid)
+        ttl = 2 * ids.window_ms
+        seen_elsewhere: set[tuple[str, int, int]] = set()
+        try:
+            for bucket, by_user in groups.items():
+                keys: list[str] = []
+                args: list[Any] = [ttl]
+                order: list[tuple[str, int, int]] = []
+                for (user, window), pids in by_user.items():
+                    keys += scripts.id_set_keys(self.settings.key_prefix, bucket, user, window)
+                    args += [len(pids), *pids]
+                    order += [(user, window, pid) for pid in pids]
+                flags = await self._script("ids", scripts.SEEN_IDS)(keys=keys, args=args)
+                seen_elsewhere |= {o for o, fresh in zip(order, flags, strict=True) if not int(fresh)}
+        except BaseException:
+            ids.give_back(taken)
+            raise
+        now = self.clock()
+        for counter, user, pid, window in taken:
+            if (user, window, pid) in seen_elsewhere:
+                seen_elsewhere.discard((user, window, pid))
+                counter.unrecord(user, None, 1, now)
+
+    async def _sync_bucket(self, kind: str, registry: SharedQuotas, batch: SyncBatch) -> None:
         samples = sorted({s for w in batch.writes.values() for s in w}
                          | {s for r in batch.reads.values() for s in r})
         pos = {s: i + 1 for i, s in enumerate(samples)}
-        window = self.shared.config.window_ms
-        ttl = (self.shared.config.samples + 2) * window
-        args: list[Any] = [self.replica, ttl, len(samples), 1 if batch.bucket in self._wrote else 0]
+        window = registry.config.window_ms
+        ttl = (registry.config.samples + 2) * window
+        wrote = (kind, batch.bucket)
+        args: list[Any] = [self.replica, ttl, len(samples), 1 if wrote in self._wrote else 0]
         writes = [(pos[s], key, v) for key, w in batch.writes.items() for s, v in w.items()]
         args.append(len(writes))
         for p, key, v in writes:
@@ -239,7 +289,7 @@ class StoreSync:
         args.append(len(reads))
         for key, wanted in reads:
             args += [key, len(wanted), *(pos[s] for s in wanted)]
-        keys = scripts.bucket_keys(self.settings.key_prefix, batch.bucket, samples)
+        keys = scripts.bucket_keys(self.settings.key_prefix, batch.bucket, samples, kind)
         out = await self._script("sync", scripts.SYNC_BUCKET)(keys=keys, args=args)
         lost = bool(int(out[0]))
         totals: dict[str, dict[int, int]] = {}
@@ -249,11 +299,11 @@ class StoreSync:
             for s in wanted:
                 sums[s] = int(out[i])
                 i += 1
-        self._wrote.add(batch.bucket)
+        self._wrote.add(wrote)
         if lost:
-            log.info("quota store lost this replica's counts in bucket %d: writing them again",
-                     batch.bucket)
-        self.shared.applied(batch, totals, lost, self.clock())
+            log.info("quota store lost this replica's counts in bucket %s%d: writing them again",
+                     kind, batch.bucket)
+        registry.applied(batch, totals, lost, self.clock())
 
 
 def _text(value: bytes | str) -> str:
