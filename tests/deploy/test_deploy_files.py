@@ -36,6 +36,10 @@ DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 COMPOSE = REPO / "docker-compose.yml"
 COMPOSE_PROXY_CONFIG = REPO / "deploy" / "compose" / "proxy.yaml"
+# The compose demo's proxy replicas and their configs; `proxy` builds the image both run.
+COMPOSE_REPLICAS = {"proxy": COMPOSE_PROXY_CONFIG, "proxy-2": REPO / "deploy" / "compose" / "proxy-2.yaml"}
+# What may differ between the replicas' configs: the ports a replica is reached on.
+PER_REPLICA_KEYS = ("listen", "node_port_base", "metrics")
 PROMETHEUS_CONFIG = REPO / "deploy" / "compose" / "prometheus.yml"
 GRAFANA_DATASOURCES = REPO / "deploy/compose/grafana/provisioning/datasources/prometheus.yml"
 GRAFANA_DASHBOARD_PROVIDERS = REPO / "deploy/compose/grafana/provisioning/dashboards/dashboards.yml"
@@ -46,6 +50,9 @@ K8S_SIDECAR = REPO / "deploy" / "kubernetes" / "sidecar.yaml"
 CONFIG_PATH_IN_CONTAINER = "/etc/kafka-quota-proxy/proxy.yaml"
 PYTHON_IMAGE = "python:3.12-slim"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+VALKEY_IMAGE = re.compile(r"valkey/valkey:(8|9)\.\d+\.\d+")  # the official image, a whole release
+VALKEY_PORT = 6379  # valkey-server's default, which neither example changes
+HEALTHY = {"condition": "service_healthy"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,8 +174,28 @@ def mount_source_for(svc: dict[str, Any], host_file: Path) -> str:
     return targets[0]
 
 
-def compose_settings() -> Settings:
-    return merge(load_file(COMPOSE_PROXY_CONFIG))
+def compose_settings(replica: str = "proxy") -> Settings:
+    return merge(load_file(COMPOSE_REPLICAS[replica]))
+
+
+def compose_config_document(replica: str) -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_REPLICAS[replica].read_text(encoding="utf-8"))
+
+
+def check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """`kafka-quota-proxy check-config PATH`'s output; fails the test unless it exits 0."""
+    from kafka_quota_proxy.cli.main import main
+
+    status = main(["check-config", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0, f"check-config {path} exited {status}: {out}"
+    return out
+
+
+def valkey_host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    assert parts.scheme == "redis" and parts.hostname, url
+    return parts.hostname, parts.port or VALKEY_PORT
 
 
 def parse_duration(text: str) -> float:
@@ -304,16 +331,22 @@ def test_dockerfile_exposes_default_and_compose_ports() -> None:
 
 def test_compose_services_and_images() -> None:
     services = compose()["services"]
-    assert set(services) == {"kafka", "proxy", "prometheus", "grafana"}
+    assert set(services) == {"kafka", "proxy", "proxy-2", "valkey", "prometheus", "grafana"}
+    assert set(COMPOSE_REPLICAS) <= set(services)
     assert services["kafka"]["image"] == "apache/kafka:3.9.0"
     assert services["proxy"]["build"] == "."
+    # One build: the second replica runs the image the first one built, never a pulled one.
+    assert "build" not in services["proxy-2"]
+    assert services["proxy-2"]["image"] == services["proxy"]["image"]
+    assert services["proxy-2"]["pull_policy"] == "never"
+    assert VALKEY_IMAGE.fullmatch(services["valkey"]["image"]), services["valkey"]["image"]
     assert services["prometheus"]["image"].startswith("prom/prometheus:")
     assert services["grafana"]["image"].startswith("grafana/grafana:")
 
 
 def test_compose_mounted_files_exist() -> None:
     mounts = [m for svc in compose()["services"].values() for m in bind_mounts(svc)]
-    assert len(mounts) == 5
+    assert len(mounts) == 6
     for source, _ in mounts:
         assert (REPO / source).exists(), f"docker-compose.yml mounts {source}, which does not exist"
 
@@ -346,35 +379,94 @@ def test_compose_kafka_is_kraft_node_1_advertising_the_proxy_upstream() -> None:
     assert "ports" not in service("kafka")
 
 
-def test_compose_proxy_publishes_listen_node_and_metrics_ports_on_the_same_host_ports() -> None:
-    s = compose_settings()
+def test_compose_replicas_read_their_own_config() -> None:
+    for name, config in COMPOSE_REPLICAS.items():
+        replica = service(name)
+        assert replica["command"] == ["--config", CONFIG_PATH_IN_CONTAINER], name
+        assert mount_source_for(replica, config.resolve()) == CONFIG_PATH_IN_CONTAINER, name
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_proxy_publishes_listen_node_and_metrics_ports_on_the_same_host_ports(replica: str) -> None:
+    s = compose_settings(replica)
     node_id = int(kafka_env()["KAFKA_NODE_ID"])
     wanted = {s.listen.port, s.node_port(node_id), s.metrics.port}
+    assert len(wanted) == 3
     # Same port on the host: clients are told localhost:<node port>, which must reach the proxy.
-    assert published_ports(service("proxy")) == {(port, port) for port in wanted}
+    assert published_ports(service(replica)) == {(port, port) for port in wanted}
 
 
-def test_compose_proxy_health_check_and_stop_grace_period() -> None:
-    s = compose_settings()
-    proxy = service("proxy")
+def test_compose_published_host_ports_do_not_collide() -> None:
+    published = [(host, name) for name, svc in compose()["services"].items()
+                 for host, _ in published_ports(svc)]
+    hosts = [host for host, _ in published]
+    assert len(hosts) == len(set(hosts)), sorted(published)
+    # The replicas' own ports apart too, so that one container cannot bind the same port twice.
+    for name in COMPOSE_REPLICAS:
+        s = compose_settings(name)
+        own = [s.listen.port, s.node_port(int(kafka_env()["KAFKA_NODE_ID"])), s.metrics.port]
+        assert len(own) == len(set(own)), name
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_proxy_health_check_and_stop_grace_period(replica: str) -> None:
+    s = compose_settings(replica)
+    proxy = service(replica)
     test = proxy["healthcheck"]["test"]
     assert test[:3] == ["CMD", "python", "-c"]
     assert f"http://127.0.0.1:{s.metrics.port}/metrics" in test[3]
     assert parse_duration(proxy["stop_grace_period"]) > s.shutdown_timeout_seconds
-    assert proxy["depends_on"] == {"kafka": {"condition": "service_healthy"}}
+    assert proxy["depends_on"] == {"kafka": HEALTHY, "valkey": HEALTHY}
 
 
-def test_prometheus_scrapes_the_proxy_metrics_port() -> None:
+def test_compose_valkey_is_health_checked_and_kept_inside() -> None:
+    valkey = service("valkey")
+    assert valkey["healthcheck"]["test"] == ["CMD-SHELL", "valkey-cli ping | grep -q PONG"]
+    assert "ports" not in valkey  # only the proxies use it
+    assert "command" not in valkey  # so it listens on the default port, VALKEY_PORT
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_replicas_store_url_names_the_compose_valkey(replica: str) -> None:
+    store = compose_settings(replica).store
+    assert store is not None, f"{COMPOSE_REPLICAS[replica].name} has no store: section"
+    host, port = valkey_host_port(store.url)
+    assert host in compose()["services"] and compose()["services"][host]["hostname"] == host
+    assert VALKEY_IMAGE.fullmatch(service(host)["image"])
+    assert port == VALKEY_PORT
+    assert not store.cluster and store.password_env is None
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_replica_config_passes_check_config(replica: str, capsys: pytest.CaptureFixture[str]) -> None:
+    out = check_config(COMPOSE_REPLICAS[replica], capsys)
+    assert "quota state shared through redis://valkey:6379" in out
+    assert "warning" not in out
+
+
+def test_compose_replica_configs_differ_only_in_their_ports() -> None:
+    documents = {name: compose_config_document(name) for name in COMPOSE_REPLICAS}
+    shared = [{k: v for k, v in doc.items() if k not in PER_REPLICA_KEYS} for doc in documents.values()]
+    # A quota the replicas share means something only if each enforces the same one.
+    assert all(doc == shared[0] for doc in shared), "the replicas' configs differ beyond their ports"
+    for key in PER_REPLICA_KEYS:
+        values = [doc[key] for doc in documents.values()]
+        assert len(set(values)) == len(values), f"replicas share {key}: {values}"
+
+
+def test_prometheus_scrapes_every_proxy_replica() -> None:
     prometheus = service("prometheus")
     assert mount_source_for(prometheus, PROMETHEUS_CONFIG) == "/etc/prometheus/prometheus.yml"
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
     (job,) = config["scrape_configs"]
     assert job["metrics_path"] == "/metrics"
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
-    assert targets == [f"proxy:{compose_settings().metrics.port}"]
-    host, _, port = targets[0].rpartition(":")
-    assert host == "proxy" and host in compose()["services"]
-    assert int(port) == compose_settings().metrics.port
+    assert targets == [f"{name}:{compose_settings(name).metrics.port}" for name in COMPOSE_REPLICAS]
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        assert host in compose()["services"]
+        assert int(port) == compose_settings(host).metrics.port
+    assert set(COMPOSE_REPLICAS) <= set(prometheus["depends_on"])
 
 
 def test_grafana_datasource_points_at_the_prometheus_service() -> None:
@@ -708,14 +800,15 @@ def test_grafana_quota_overview_panels() -> None:
     assert configured["instant"] is True and configured["format"] == "table"
 
 
-def test_compose_proxy_config_has_an_example_quota() -> None:
-    s = compose_settings()
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_proxy_config_has_an_example_quota(replica: str) -> None:
+    s = compose_settings(replica)
     assert (s.quota.scope, s.quota.mode) == ("broker", "enforce")
-    quotas = validate_quota_entries(s.quotas, str(COMPOSE_PROXY_CONFIG))
+    quotas = validate_quota_entries(s.quotas, str(COMPOSE_REPLICAS[replica]))
     assert quotas[QuotaEntity(client_id="demo-limited")][QuotaKey.PRODUCER_BYTE_RATE] == 1048576
     # The config is bind-mounted read-only, so AlterClientQuotas must keep its state elsewhere.
     state_file = PurePosixPath(str(default_state_file(CONFIG_PATH_IN_CONTAINER, s.quota)))
-    for _, target in bind_mounts(service("proxy")):
+    for _, target in bind_mounts(service(replica)):
         assert not state_file.is_relative_to(PurePosixPath(target).parent), state_file
 
 
