@@ -23,10 +23,12 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from prometheus_client import CollectorRegistry
 
+from kafka_quota_proxy.cli.main import main
 from kafka_quota_proxy.config.quota_settings import QuotaSettings, default_state_file, validate_quota_entries
 from kafka_quota_proxy.config.settings import HostPort, Settings, load_file, merge
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
+from kafka_quota_proxy.proxy.quotas.access import management_policy
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import CLIENT_KEYS, DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
@@ -184,8 +186,6 @@ def compose_config_document(replica: str) -> dict[str, Any]:
 
 def check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
     """`kafka-quota-proxy check-config PATH`'s output; fails the test unless it exits 0."""
-    from kafka_quota_proxy.cli.main import main
-
     status = main(["check-config", str(path)])
     out = capsys.readouterr().out
     assert status == 0, f"check-config {path} exited {status}: {out}"
@@ -240,12 +240,30 @@ def k8s_container(name: str) -> dict[str, Any]:
     return found[0]
 
 
+def k8s_valkey_container() -> dict[str, Any]:
+    (container,) = k8s_kind("StatefulSet")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def secret_ref(container: dict[str, Any], variable: str) -> dict[str, str]:
+    """The {name, key} of the Secret a container's environment variable is set from."""
+    found = [e for e in container.get("env", []) if e["name"] == variable]
+    assert len(found) == 1, f"{container['name']} sets {variable} {len(found)} times"
+    return found[0]["valueFrom"]["secretKeyRef"]
+
+
 @pytest.fixture
-def k8s_settings(tmp_path: Path) -> Settings:
-    """The sidecar's config, as the proxy would read it from the mounted ConfigMap."""
+def k8s_config_file(tmp_path: Path) -> Path:
+    """The sidecar's config file, as the ConfigMap mounts it."""
     config_file = tmp_path / "proxy.yaml"
     config_file.write_text(k8s_kind("ConfigMap")["data"]["proxy.yaml"], encoding="utf-8")
-    return merge(load_file(config_file))
+    return config_file
+
+
+@pytest.fixture
+def k8s_settings(k8s_config_file: Path) -> Settings:
+    """The sidecar's config, as the proxy would read it from the mounted ConfigMap."""
+    return merge(load_file(k8s_config_file))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -817,7 +835,8 @@ def test_compose_proxy_config_has_an_example_quota(replica: str) -> None:
 
 
 def test_k8s_documents() -> None:
-    assert [doc["kind"] for doc in k8s_documents()] == ["ConfigMap", "Deployment"]
+    assert [doc["kind"] for doc in k8s_documents()] == ["ConfigMap", "Secret", "Service", "StatefulSet",
+                                                         "Deployment"]
     assert [c["name"] for c in k8s_pod_spec()["containers"]] == ["app", "kafka-quota-proxy"]
 
 
@@ -825,7 +844,9 @@ def test_k8s_config_map_is_mounted_where_the_proxy_reads_it() -> None:
     config_map = k8s_kind("ConfigMap")
     proxy = k8s_container("kafka-quota-proxy")
     assert proxy["args"] == ["--config", CONFIG_PATH_IN_CONTAINER]
-    (mount,) = proxy["volumeMounts"]
+    (mount,) = [m for m in proxy["volumeMounts"]
+                if m["mountPath"] == str(PurePosixPath(CONFIG_PATH_IN_CONTAINER).parent)]
+    assert mount["readOnly"] is True
     (volume,) = [v for v in k8s_pod_spec()["volumes"] if v["name"] == mount["name"]]
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
     (item,) = volume["configMap"]["items"]
@@ -880,3 +901,78 @@ def test_k8s_proxy_resources_and_security() -> None:
     assert security["runAsNonRoot"] is True
     # The image's USER, so the pod does not run the proxy as some other uid by accident.
     assert f"{security['runAsUser']}:{security['runAsGroup']}" == dict(dockerfile_stages()[-1])["USER"]
+
+
+def test_k8s_sidecar_config_passes_check_config(k8s_config_file: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = check_config(k8s_config_file, capsys)
+    assert "quota state shared through redis://valkey:6379" in out
+    assert "warning" not in out
+
+
+def test_k8s_sidecars_take_no_quota_changes_from_their_pods(k8s_settings: Settings) -> None:
+    # The application shares the sidecar's loopback, and a change at one sidecar would hold at all.
+    policy, warnings = management_policy(k8s_settings)
+    assert policy == "quota management: alter by nobody; describe by nobody"
+    assert warnings == []
+    quotas = validate_quota_entries(k8s_settings.quotas, str(K8S_SIDECAR))
+    assert quotas, "the ConfigMap is where the sidecars' quotas come from; it should show one"
+
+
+def test_k8s_store_url_names_the_valkey_service(k8s_settings: Settings) -> None:
+    store = k8s_settings.store
+    assert store is not None and not store.cluster
+    host, port = valkey_host_port(store.url)
+    service_doc, valkey = k8s_kind("Service"), k8s_kind("StatefulSet")
+    assert host == service_doc["metadata"]["name"]  # the short name: the same namespace
+    (service_port,) = service_doc["spec"]["ports"]
+    assert service_port["port"] == port
+    pod_labels = valkey["spec"]["template"]["metadata"]["labels"]
+    assert service_doc["spec"]["selector"].items() <= pod_labels.items()
+    assert valkey["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    container_ports = {p["name"]: p["containerPort"] for p in k8s_valkey_container()["ports"]}
+    assert container_ports[service_port["targetPort"]] == VALKEY_PORT
+    # Exactly one Valkey, ever: two would each see only the sidecars connected to them.
+    assert valkey["spec"]["replicas"] == 1 and valkey["spec"]["serviceName"] == host
+
+
+def test_k8s_store_password_comes_from_the_secret(k8s_settings: Settings) -> None:
+    store = k8s_settings.store
+    assert store is not None and store.password_env
+    assert urlsplit(store.url).password is None
+    secret = k8s_kind("Secret")
+    ref = secret_ref(k8s_container("kafka-quota-proxy"), store.password_env)
+    assert ref["name"] == secret["metadata"]["name"]
+    assert ref["key"] in secret.get("stringData", secret.get("data", {}))
+    # Valkey requires the same password, and its probe gives it.
+    valkey = k8s_valkey_container()
+    (variable,) = [e["name"] for e in valkey["env"] if e["valueFrom"]["secretKeyRef"] == ref]
+    args = valkey["args"]
+    assert args[0] == "valkey-server" and args[args.index("--requirepass") + 1] == f"$({variable})"
+    probe = valkey["readinessProbe"]["exec"]["command"]
+    assert probe[:2] == ["sh", "-c"] and f'-a "${variable}" ping' in probe[2]
+
+
+def test_k8s_valkey_image_and_security() -> None:
+    valkey = k8s_valkey_container()
+    assert VALKEY_IMAGE.fullmatch(valkey["image"]), valkey["image"]
+    assert valkey["image"] == service("valkey")["image"]  # the one the compose demo runs
+    security = valkey["securityContext"]
+    assert security["runAsNonRoot"] is True and security["readOnlyRootFilesystem"] is True
+    # The image's entrypoint refuses to start unless its working directory, /data, is writable.
+    (data,) = valkey["volumeMounts"]
+    assert data["mountPath"] == "/data" and not data.get("readOnly", False)
+    (volume,) = k8s_kind("StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    assert volume == {"name": data["name"], "emptyDir": {}}
+
+
+def test_k8s_quota_state_file_is_on_a_writable_volume(k8s_settings: Settings) -> None:
+    # Quotas shared through the store are written to the state file as they arrive; a replica
+    # that cannot write it describes them but does not enforce them.
+    state = PurePosixPath(str(default_state_file(CONFIG_PATH_IN_CONTAINER, k8s_settings.quota)))
+    proxy = k8s_container("kafka-quota-proxy")
+    assert proxy["securityContext"]["readOnlyRootFilesystem"] is True
+    (mount,) = [m for m in proxy["volumeMounts"] if state.is_relative_to(m["mountPath"])]
+    assert not mount.get("readOnly", False)
+    (volume,) = [v for v in k8s_pod_spec()["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume
