@@ -26,10 +26,13 @@ from prometheus_client import CollectorRegistry
 from kafka_quota_proxy.cli.main import main
 from kafka_quota_proxy.config.quota_settings import QuotaSettings, default_state_file, validate_quota_entries
 from kafka_quota_proxy.config.settings import HostPort, Settings, load_file, merge
+from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
+from kafka_quota_proxy.proxy.observability.store_metrics import StoreCollector
 from kafka_quota_proxy.proxy.quotas.access import management_policy
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import CLIENT_KEYS, DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
@@ -517,13 +520,16 @@ def test_grafana_dashboard_provider_loads_the_dashboard_folder() -> None:
 # Grafana dashboard against the proxy's metrics
 
 METRIC_SOURCES = (REPO / "kafka_quota_proxy/proxy/observability/metrics.py",
-                  REPO / "kafka_quota_proxy/proxy/observability/quota_metrics.py")
+                  REPO / "kafka_quota_proxy/proxy/observability/quota_metrics.py",
+                  REPO / "kafka_quota_proxy/proxy/observability/store_metrics.py")
 QUOTA_STAGES = (REPO / "kafka_quota_proxy/proxy/stages/quota_charge.py",
                 REPO / "kafka_quota_proxy/proxy/stages/quota_settle.py")
 METRIC_PREFIX = "kafka_quota_proxy_"
 GRID_COLUMNS = 24
 # Labels whose values are a closed set the populated registry below emits in full.
 ENUMERATED_LABELS = ("quota_type", "mode")
+# Labels Prometheus adds to every series it scrapes (the target's), so queries may group by them.
+SCRAPE_LABELS = {"instance", "job"}
 GRAFANA_BUILTIN_VARIABLES = ("__rate_interval", "__interval", "__range", "__interval_ms",
                              "__range_s", "__range_ms")
 ORIGINAL_PANELS = {
@@ -545,6 +551,16 @@ QUOTA_PANELS = [
     ("Throttle time per tenant", "timeseries"),
     ("New producer ids vs quota per user", "timeseries"),
     ("Producer-id refusals and throttle per user", "timeseries"),
+]
+STORE_PANELS = [
+    ("Shared quota store", "row"),
+    ("Store state per replica", "state-timeline"),
+    ("Replicas seen", "timeseries"),
+    ("Store sync lag per replica", "timeseries"),
+    ("Store sync duration p99 per replica", "timeseries"),
+    ("Store errors and syncs per second", "timeseries"),
+    ("Produce rate per tenant: all replicas vs each", "timeseries"),
+    ("Fetch rate per tenant: all replicas vs each", "timeseries"),
 ]
 
 
@@ -588,14 +604,17 @@ def declared_metric_families() -> set[str]:
 
 
 def populated_registry() -> CollectorRegistry:
-    """A proxy's registry (ProxyMetrics plus its QuotaCollector, as proxy/server.py wires them) with
-    at least one series in every family the dashboard can use, so label names can be read off."""
+    """A proxy's registry with a store: section (ProxyMetrics, its StoreCollector and QuotaCollector,
+    as proxy/server.py wires them) with at least one series in every family the dashboard can use,
+    so label names can be read off."""
     now = 1_000
     client = {key: 10.0 for key in CLIENT_KEYS}
     store = QuotaStore({QuotaEntity(client_id="demo"): client,
                         QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_IDS_RATE: 0.001},
                         QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0}})
-    engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now)
+    store_settings = StoreSettings(url="redis://valkey:6379")
+    engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now, shared_buckets=store_settings.buckets)
+    assert engine.shared is not None
     managers = engine.scope("kafka:19092")
     managers.produce.record_and_get_throttle_ms("alice", "demo", 100.0, now)
     managers.fetch.record_and_get_throttle_ms("alice", "demo", 100.0, now)
@@ -609,6 +628,8 @@ def populated_registry() -> CollectorRegistry:
     metrics = ProxyMetrics()
     metrics.api(0)
     metrics.protocol_errors.labels("bad_size")
+    # Never connects: the collector only reads the sync's numbers.
+    metrics.registry.register(StoreCollector(StoreSync(store_settings, engine.shared), lambda: now))
     metrics.registry.register(QuotaCollector(engine))
     return metrics.registry
 
@@ -663,6 +684,8 @@ def test_metric_families_declared_in_the_source_are_all_collected() -> None:
     assert series["kafka_quota_proxy_throttle_time_ms_total"].family_type == "counter"
     assert series["kafka_quota_proxy_upstream_latency_seconds_bucket"].family_type == "histogram"
     assert series["kafka_quota_proxy_byte_rate"].family_type == "gauge"
+    assert series["kafka_quota_proxy_byte_rate_local"].labels == series["kafka_quota_proxy_byte_rate"].labels
+    assert series["kafka_quota_proxy_store_sync_duration_seconds_bucket"].family_type == "histogram"
     assert "kafka_quota_proxy_throttle_time_ms" not in series  # counters are scraped as _total
 
 
@@ -674,13 +697,13 @@ def test_grafana_dashboard_keeps_the_proxy_panels() -> None:
     assert [p["title"] for p in panels[:3]] == list(ORIGINAL_PANELS)
     for panel in panels[:3]:
         assert [t["expr"] for t in panel["targets"]] == [ORIGINAL_PANELS[panel["title"]]]
-    assert [(p["title"], p["type"]) for p in panels[3:]] == QUOTA_PANELS
+    assert [(p["title"], p["type"]) for p in panels[3:]] == QUOTA_PANELS + STORE_PANELS
 
 
 def test_grafana_dashboard_queries_metrics_the_proxy_exports() -> None:
     series = exported_series()
     exprs = all_exprs()
-    assert len(exprs) == 17
+    assert len(exprs) == 28
     for expr in exprs:
         used = selectors(expr)
         assert used, f"expression queries no proxy metric: {expr}"
@@ -693,7 +716,7 @@ def test_grafana_dashboard_queries_metrics_the_proxy_exports() -> None:
                     wanted = set(value.split("|")) if operator == "=~" else {value}
                     assert wanted <= exported.values[label], (
                         f"{name} never has {label} in {sorted(wanted - exported.values[label])}")
-        labels = set().union(*(series[name].labels for name, _ in used))
+        labels = set().union(SCRAPE_LABELS, *(series[name].labels for name, _ in used))
         for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
             for label in filter(None, (s.strip() for s in clause.split(","))):
                 assert label in labels, f"aggregation by {label}, which no queried metric has: {expr}"
@@ -704,7 +727,7 @@ def test_grafana_dashboard_legends_use_labels_the_queries_return() -> None:
     for panel in dashboard()["panels"]:
         for target in panel.get("targets", []):
             used = [name for name, _ in selectors(target["expr"]) if name in series]
-            labels = set().union(*(series[name].labels for name in used))
+            labels = set().union(SCRAPE_LABELS, *(series[name].labels for name in used))
             for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")):
                 assert label in labels, f"{panel['title']}: legend uses {label}, not a label of the query"
 
@@ -816,6 +839,58 @@ def test_grafana_quota_overview_panels() -> None:
     (configured,) = table["targets"]
     assert selectors(configured["expr"]) == [("kafka_quota_proxy_configured_quota", [])]
     assert configured["instant"] is True and configured["format"] == "table"
+
+
+def test_grafana_store_panels() -> None:
+    row = panel_by_title(STORE_PANELS[0][0])
+    store = [panel_by_title(title) for title, _ in STORE_PANELS[1:]]
+    # Under their own row, below every other panel.
+    bottom = row["gridPos"]["y"]
+    assert all(p["gridPos"]["y"] > bottom for p in store)
+    others = [p for p in dashboard()["panels"] if p["id"] not in {row["id"], *(p["id"] for p in store)}]
+    assert all(p["gridPos"]["y"] + p["gridPos"]["h"] <= bottom for p in others)
+    # Every store metric docs/metrics.md names for the store's health, and the global vs local rate.
+    used = {name for p in store for t in p["targets"] for name, _ in selectors(t["expr"])}
+    wanted = {"store_sync_lag_seconds", "store_sync_duration_seconds_bucket", "store_errors_total",
+              "store_degraded", "store_replicas", "byte_rate", "byte_rate_local"}
+    assert {METRIC_PREFIX + name for name in wanted} <= used
+    # The store's health is each replica's: drawn per scraped instance, never summed across them.
+    for panel in store:
+        for target in panel["targets"]:
+            if "_store_" in target["expr"] and not target["expr"].startswith("count("):
+                assert re.search(r"\bby \(instance\b", target["expr"]), target["expr"]
+                assert "{{instance}}" in target["legendFormat"], panel["title"]
+    (p99,) = panel_by_title("Store sync duration p99 per replica")["targets"]
+    assert p99["expr"] == ("histogram_quantile(0.99, sum by (instance, le) "
+                           "(rate(kafka_quota_proxy_store_sync_duration_seconds_bucket[$__rate_interval])))")
+    state = panel_by_title("Store state per replica")
+    (mapping,) = state["fieldConfig"]["defaults"]["mappings"]
+    assert {value: m["text"] for value, m in mapping["options"].items()} == {"0": "shared", "1": "degraded"}
+    (degraded,) = state["targets"]
+    assert degraded["expr"] == "max by (instance) (kafka_quota_proxy_store_degraded)"
+    units = {p["title"]: p["fieldConfig"]["defaults"].get("unit") for p in store}
+    assert units["Store sync lag per replica"] == units["Store sync duration p99 per replica"] == "s"
+
+
+@pytest.mark.parametrize(("title", "quota_type"), [
+    ("Produce rate per tenant: all replicas vs each", "producer_byte_rate"),
+    ("Fetch rate per tenant: all replicas vs each", "consumer_byte_rate"),
+])
+def test_grafana_global_vs_local_rate_panels(title: str, quota_type: str) -> None:
+    panel = panel_by_title(title)
+    by_ref = targets(panel)
+    assert set(by_ref) == {"A", "B"}
+    (everyone,) = selectors(by_ref["A"]["expr"])
+    (own,) = selectors(by_ref["B"]["expr"])
+    assert (everyone[0], own[0]) == ("kafka_quota_proxy_byte_rate", "kafka_quota_proxy_byte_rate_local")
+    # The same entities on both sides; each replica's part per replica, per broker as the whole is.
+    assert everyone[1] == own[1]
+    assert ("quota_type", "=", quota_type) in own[1]
+    assert ("user", "=~", "$user") in own[1] and ("client_id", "=~", "$client_id") in own[1]
+    assert by_ref["A"]["expr"].startswith("max by (scope, user, client_id) (")
+    assert by_ref["B"]["expr"].startswith("max by (instance, scope, user, client_id) (")
+    assert "{{instance}}" in by_ref["B"]["legendFormat"]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "binBps"
 
 
 @pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
