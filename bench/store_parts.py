@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import store_clients
 from bench.store_script import SCRIPTS, SYNC_SCRIPT, bucket_keys, sync_args
 from devkit.valkey import Connection, ReplyError, ValkeyCluster, ValkeyServer, parse_info
 
@@ -184,7 +185,8 @@ def _machine() -> str:
     return f"{os.cpu_count()} cores, load average {' '.join(load)}"
 
 
-PARTS: dict[str, Callable[[], list[tuple[str, str]]]] = {"servers": servers}
+PARTS: dict[str, Callable[[], list[tuple[str, str]]]] = {
+    "servers": servers, "clients": store_clients.latency, "faults": store_clients.faults}
 
 
 def run() -> list[tuple[str, str]]:
