@@ -180,6 +180,7 @@ class Round:
     call_ms: list[float] = field(default_factory=list)
     sync_ms: list[float] = field(default_factory=list)
     cpu_per_call_us: float = 0.0
+    cpu_per_sync_us: float = 0.0
     idle_cpu_pct: float = 0.0
 
 
@@ -210,11 +211,13 @@ async def measure(client: Client) -> Round:
         r.call_ms.append((time.perf_counter() - started) * 1e3)
         await asyncio.sleep(INTERVAL)
     r.cpu_per_call_us = (time.process_time() - cpu0 - idle_cpu) / CALLS * 1e6
+    cpu0 = time.process_time()
     for i in range(SYNCS):
         started = time.perf_counter()
         await asyncio.gather(*(client.call(k, a) for k, a in sync[i % 2]))
         r.sync_ms.append((time.perf_counter() - started) * 1e3)
         await asyncio.sleep(INTERVAL)
+    r.cpu_per_sync_us = (time.process_time() - cpu0 - idle_cpu * SYNCS / CALLS) / SYNCS * 1e6
     return r
 
 
@@ -309,6 +312,8 @@ def latency(kinds: Sequence[str] = ("tcp", "unix", "tls", "cluster")) -> list[tu
                 rows.append((f"{what}: client CPU per call (100 entities), idle CPU",
                              _spread([r.cpu_per_call_us for r in rounds], "µs", 0) + ", idle "
                              + _spread([r.idle_cpu_pct for r in rounds], "% of a core", 2)))
+                rows.append((f"{what}: client CPU per sync ({BUCKETS} x {1000 // BUCKETS} entities)",
+                             _spread([r.cpu_per_sync_us for r in rounds], "µs", 0)))
     return rows
 
 
