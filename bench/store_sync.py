@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.store_script import SYNC_SCRIPT_BATCHED, bucket_keys, sync_args
-from devkit.valkey import ValkeyServer, parse_info
+from devkit.valkey import ValkeyServer
 
 SAMPLE_WIDTH = 12  # digits of a sample id in a key, fixed so it can be replaced in place
 PLACEHOLDER = b"9" * SAMPLE_WIDTH
@@ -116,32 +116,34 @@ async def _replica(cfg: Config, port: int, ways: tuple[list[bytes], list[bytes]]
     try:
         while True:
             now = time.monotonic()
-            if due >= end:
-                break
             if due > now:
                 await asyncio.sleep(due - now)
+            began = time.monotonic()
+            if began >= end:
+                break
             sample = b"%0*d" % (SAMPLE_WIDTH, int(time.time() / cfg.sample_seconds))
             started = time.perf_counter()
             writer.write(b"".join(r.replace(PLACEHOLDER, sample) for r in ways[flip]))
             replies = 0
+            errors = 0
             while replies < len(ways[flip]):
                 reply = parser.gets()
                 if reply is False:
                     parser.feed(await reader.read(1 << 20))
                     continue
-                if isinstance(reply, hiredis.ReplyError):
-                    out.errors += 1 if due >= measure_from else 0
+                errors += isinstance(reply, hiredis.ReplyError)
                 replies += 1
             took = time.perf_counter() - started
-            if due >= measure_from:
+            if began >= measure_from:
                 out.syncs += 1
                 out.calls += len(ways[flip])
                 out.entity_updates += entities
+                out.errors += errors
                 out.latencies_ms.append(took * 1e3)
             flip ^= 1
             # The next sync is due an interval after this one was; one that is already late
-            # starts at once (a sync never overlaps the one before).
-            due += interval
+            # starts at once, and a sync never overlaps the one before nor makes up for one missed.
+            due = max(due + interval, time.monotonic())
     finally:
         writer.close()
 
@@ -164,8 +166,12 @@ def _worker(cfg: Config, port: int, sha: str, replicas: list[int], start: float,
     queue.put(asdict(out))
 
 
+# A saturated server answers INFO only after the script calls queued before it.
+SLOW_ANSWER = 120.0
+
+
 def _used_cpu(server: ValkeyServer) -> float:
-    info = server.info("cpu")
+    info = server.info("cpu", timeout=SLOW_ANSWER)
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
@@ -198,9 +204,9 @@ def simulate(cfg: Config, server: ValkeyServer | None = None) -> dict[str, Any]:
         cpu0, wall0 = _used_cpu(server), time.monotonic()
         time.sleep(max(0.0, end - time.monotonic()))
         cpu, wall = _used_cpu(server) - cpu0, time.monotonic() - wall0
-        memory = parse_info(server.command("INFO", "memory"))
-        keys = int(server.command("DBSIZE"))
-        about = server.info("server")
+        memory = server.info("memory", timeout=SLOW_ANSWER)
+        keys = int(server.command("DBSIZE", timeout=SLOW_ANSWER))
+        about = server.info("server", timeout=SLOW_ANSWER)
         version = about.get("valkey_version") or about["redis_version"]
         results = [queue.get(timeout=120 + cfg.seconds) for _ in workers]
         for w in workers:

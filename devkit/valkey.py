@@ -409,8 +409,8 @@ class ValkeyServer:
         """One command's reply (bytes, str, int, list or None); ReplyError if it is an error."""
         return _raise(self.pipeline(args, timeout=timeout)[0])
 
-    def info(self, section: str = "") -> dict[str, str]:
-        return parse_info(self.command("INFO", *([section] if section else [])))
+    def info(self, section: str = "", timeout: float = 5.0) -> dict[str, str]:
+        return parse_info(self.command("INFO", *([section] if section else []), timeout=timeout))
 
     def save(self) -> None:
         """SAVE: write dump.rdb now (persistence "rdb")."""
@@ -419,7 +419,7 @@ class ValkeyServer:
     def used_cpu(self) -> float:
         """The server's user + system CPU seconds as INFO CPU says (getrusage: microseconds,
         where /proc counts 10 ms ticks)."""
-        info = self.info("cpu")
+        info = self.info("cpu", timeout=60)
         return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
     def cpu_seconds(self) -> float:
