@@ -254,7 +254,10 @@ class ValkeyServer:
         assert self.data_dir is not None
         args = [valkey_binary(self.binary), "--bind", LOOPBACK, "--port", str(self.port),
                 "--dir", str(self.data_dir), "--daemonize", "no", "--logfile", "",
-                "--protected-mode", "no", "--save", "",
+                "--protected-mode", "no",
+                # "rdb": a save point far away, so that a clean stop writes the dump (a server
+                # with no save point skips it) and nothing is written in the background meanwhile.
+                "--save", "3600 1" if self.persistence == "rdb" else "",
                 "--appendonly", "yes" if self.persistence == "aof" else "no"]
         if self.persistence == "aof":
             args += ["--appendfsync", "always"]

@@ -74,6 +74,14 @@ def test_rdb_keeps_what_was_saved(valkey_factory: Callable[..., ValkeyServer]) -
     assert server.command("GET", "unsaved") is None
 
 
+def test_rdb_is_written_at_a_clean_stop(valkey_factory: Callable[..., ValkeyServer]) -> None:
+    server = valkey_factory(persistence="rdb")
+    server.command("SET", "k", "v")
+    server.shutdown()
+    server.restart()
+    assert server.command("GET", "k") == b"v"
+
+
 def test_pause_holds_answers_until_resume(valkey: ValkeyServer) -> None:
     valkey.pause()
     try:
