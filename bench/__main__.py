@@ -8,7 +8,16 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from bench import analytics, producer_ids, quota_cost, shared_accuracy, tansu_perf, throughput
+from bench import (
+    analytics,
+    producer_ids,
+    quota_cost,
+    shared_accuracy,
+    store_parts,
+    store_sync,
+    tansu_perf,
+    throughput,
+)
 
 # In this order: what is timed finely runs first. Spark's JVM outlives spark.stop() until this
 # process exits (2.3 GB resident, a few percent of a core), so analytics comes last.
@@ -23,6 +32,11 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                         "1 MiB/s producer quota (even, skewed, shifting traffic)", shared_accuracy.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
                      producer_ids.run),
+    "store_sync": ("Shared quota store at scale: 100 replicas x 10,000 tenants syncing with one Valkey "
+                   "every 100 ms (simulated), the store's CPU per sync and per entity update",
+                   store_sync.run),
+    "store_parts": ("Shared quota store parts: servers (start, script cost, Cluster) and clients "
+                    "(redis-py + hiredis, valkey-glide: latency, CPU, faults)", store_parts.run),
     "analytics": ("Usage pipeline: 10M records through analyze (local Spark), replay fast paths, "
                   "driver memory", analytics.run),
 }
