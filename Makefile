@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
+.PHONY: demo demo-replicas check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
         load fuzz fuzz-proxy fuzz-properties
 
 $(STAMP): pyproject.toml
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 # nothing running.
 demo: $(STAMP)
 	$(BIN)/python -m devkit.demo
+
+# Cluster-wide quotas, the problem and the fix: 2 proxy replicas without and with a shared Valkey.
+demo-replicas: $(STAMP)
+	$(BIN)/python -m devkit.demo --replicas 2
 
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 # The unit and in-process tests: no Tansu, no Spark, nothing that takes more than a few seconds.

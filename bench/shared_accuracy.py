@@ -23,86 +23,34 @@ import argparse
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devkit.processes import ProxyProcess
+from devkit.producing import Timeline, produce
 from devkit.tansu import Broker
 from devkit.valkey import ValkeyServer
 
 MIB = 1024 * 1024
 QUOTA = MIB
-RECORD = 1024
 CLIENT_ID = "shared-tenant"
 SLIDING_S = 11.0
 SHAPES = ("even", "skewed", "shifting")
 
 
-@dataclass
-class Timeline:
-    """(seconds since the common start, bytes acknowledged so far) every ~0.25 s."""
-
-    marks: list[tuple[float, int]] = field(default_factory=list)
-    errors: int = 0
-
-    def at(self, t: float) -> int:
-        done = 0
-        for when, n in self.marks:
-            if when > t:
-                break
-            done = n
-        return done
-
-
-def _paced_rate(shape: str, index: int, elapsed: float, replicas: int) -> float | None:
-    """Bytes/s this producer may send now (None: flat out; 0: idle)."""
-    if shape == "even":
-        return None
-    if shape == "skewed":
-        return None if index == 0 else 0.05 * QUOTA
-    hot = int(elapsed // 10) % replicas
-    return None if index == hot else 0.0
-
-
-def _produce(bootstrap: str, topic: str, index: int, shape: str, replicas: int, start: float,
-             seconds: float, out: Timeline) -> None:
-    done = [0]
-
-    def delivered(err: object, msg: object) -> None:
-        if err is not None:
-            if getattr(err, "code", lambda: None)() != KafkaError._PURGE_QUEUE:
-                out.errors += 1
-        else:
-            done[0] += RECORD
-
-    p = Producer({"bootstrap.servers": bootstrap, "client.id": CLIENT_ID, "linger.ms": 5, "acks": 1,
-                  "batch.size": 128 * 1024, "queue.buffering.max.kbytes": 4096})
-    value = os.urandom(RECORD)
-    sent_in_slot, slot = 0.0, -1
-    next_mark = 0.0
-    while (elapsed := time.monotonic() - start) < seconds:
-        allowed = _paced_rate(shape, index, elapsed, replicas)
-        if int(elapsed) != slot:
-            slot, sent_in_slot = int(elapsed), 0.0
-        if allowed is not None and sent_in_slot >= allowed * (elapsed - slot + 0.05):
-            p.poll(0.01)
-        else:
-            try:
-                p.produce(topic, value, on_delivery=delivered)
-                sent_in_slot += RECORD
-            except BufferError:
-                p.poll(0.01)
-            p.poll(0)
-        if elapsed >= next_mark:
-            out.marks.append((elapsed, done[0]))
-            next_mark += 0.25
-    p.purge(in_flight=False)  # the throttled backlog is not the measurement
-    p.flush(30)
-    out.marks.append((time.monotonic() - start, done[0]))
+def _pace(shape: str, index: int, replicas: int) -> Callable[[float], float | None]:
+    """Bytes/s producer `index` may send at each moment (None: flat out; 0: idle)."""
+    def pace(elapsed: float) -> float | None:
+        if shape == "even":
+            return None
+        if shape == "skewed":
+            return None if index == 0 else 0.05 * QUOTA
+        hot = int(elapsed // 10) % replicas
+        return None if index == hot else 0.0
+    return pace
 
 
 @dataclass
@@ -132,23 +80,23 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         total = warm_up + seconds
         start = time.monotonic() + 0.5
         timelines = [Timeline() for _ in proxies]
-        threads = [threading.Thread(target=_produce, daemon=True, args=(
-            p.bootstrap, topic, i, shape, replicas, start, total, timelines[i]))
+        threads = [threading.Thread(target=produce, daemon=True, args=(
+            p.bootstrap, topic, CLIENT_ID, start, total, timelines[i], _pace(shape, i, replicas)))
             for i, p in enumerate(proxies)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(total + 120)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(total + 120)
 
     def acked(t: float) -> int:
         return sum(tl.at(t) for tl in timelines)
 
     rate = (acked(total) - acked(warm_up)) / seconds
     worst = 0
-    t = warm_up
-    while t + SLIDING_S <= total:
-        worst = max(worst, acked(t + SLIDING_S) - acked(t))
-        t += 0.25
+    at = warm_up
+    while at + SLIDING_S <= total:
+        worst = max(worst, acked(at + SLIDING_S) - acked(at))
+        at += 0.25
     return Result(replicas, shape, rate, worst, sum(tl.errors for tl in timelines))
 
 
