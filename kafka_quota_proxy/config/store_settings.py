@@ -27,11 +27,19 @@ class StoreSettings:
     key_prefix: str = "kqp"
     sync_interval_ms: int = 100
     timeout_ms: int = 500  # connect and each sync; a sync that takes longer has failed
-    buckets: int = 16  # entities are spread over this many hash-tagged buckets (one call each)
+    # Entities are spread over this many hash-tagged buckets, one script call each. None: 1 on a
+    # standalone server (one call a sync), 16 on a Cluster (calls spread over its masters).
+    buckets: int | None = None
     on_failure: str = "local_share"
     degraded_grace_seconds: float = 30.0
     password_env: str | None = None  # the AUTH password from this environment variable
     tls_ca_file: str | None = None  # for rediss://; the system's CAs when unset
+
+    @property
+    def effective_buckets(self) -> int:
+        if self.buckets is not None:
+            return self.buckets
+        return 16 if self.cluster else 1
 
     @property
     def redacted_url(self) -> str:
@@ -106,7 +114,7 @@ def parse_store(raw: Any) -> StoreSettings | None:
         elif key == "timeout_ms":
             values[key] = whole_number(full, value, minimum=10)
         elif key == "buckets":
-            values[key] = whole_number(full, value)
+            values[key] = None if value is None else whole_number(full, value)
         elif key == "on_failure":
             values[key] = one_of(full, value, ON_FAILURE)
         elif key == "degraded_grace_seconds":

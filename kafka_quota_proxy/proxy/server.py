@@ -72,7 +72,7 @@ class Proxy:
             default_state_file(settings.config_path, settings.quota), self.audit)
         self.quota_access = QuotaAccess(authenticates_clients(settings))
         self.engine = QuotaEngine(settings.quota, self.quotas,
-                                  shared_buckets=settings.store.buckets if settings.store else None)
+                                  shared_buckets=settings.store.effective_buckets if settings.store else None)
         self.store_sync: StoreSync | None = None
         if settings.store is not None and self.engine.shared is not None:
             self.store_sync = StoreSync(settings.store, self.engine.shared, config=self.quota_control,

@@ -17,7 +17,7 @@ def test_absent_means_no_store() -> None:
 def test_defaults() -> None:
     s = parse_store({"url": "redis://valkey:6379"})
     assert s == StoreSettings(url="redis://valkey:6379", cluster=False, key_prefix="kqp",
-                              sync_interval_ms=100, timeout_ms=500, buckets=16,
+                              sync_interval_ms=100, timeout_ms=500, buckets=None,
                               on_failure="local_share", degraded_grace_seconds=30.0)
 
 
@@ -29,6 +29,12 @@ def test_every_key() -> None:
     assert (s.cluster, s.key_prefix, s.sync_interval_ms, s.timeout_ms, s.buckets, s.on_failure,
             s.degraded_grace_seconds, s.password_env, s.tls_ca_file) == (
         True, "q1", 50, 80, 4, "closed", 5.0, "KQP_STORE_PASSWORD", "/etc/ca.pem")
+
+
+def test_buckets_default_to_one_standalone_and_sixteen_on_a_cluster() -> None:
+    assert parse_store({"url": "redis://v:6379"}).effective_buckets == 1
+    assert parse_store({"url": "redis://v:6379", "cluster": True}).effective_buckets == 16
+    assert parse_store({"url": "redis://v:6379", "buckets": 4}).effective_buckets == 4
 
 
 def test_a_unix_socket() -> None:

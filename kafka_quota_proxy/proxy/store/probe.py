@@ -13,7 +13,8 @@ from kafka_quota_proxy.quota.shared import SharedQuotas
 async def probe(settings: StoreSettings) -> tuple[bool, str]:
     """(reachable, one line saying what was found). Writes nothing a proxy would count: a
     heartbeat under a probe's own replica id (gone after a few seconds) and no entities."""
-    sync = StoreSync(settings, SharedQuotas(MetricConfig(), settings.buckets), replica="check-config")
+    shared = SharedQuotas(MetricConfig(), settings.effective_buckets)
+    sync = StoreSync(settings, shared, replica="check-config")
     started = time.monotonic()
     try:
         info = await sync.client.info("server")

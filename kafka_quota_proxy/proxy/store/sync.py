@@ -69,8 +69,13 @@ def connect(settings: StoreSettings) -> Any:
         if url.startswith(ours):
             url = theirs + url[len(ours):]
     timeout = settings.timeout_ms / 1000
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    # No retries inside the client: a failed sync is retried by the next one, which writes the
+    # same absolute counts, and a client retrying with backoff would outlast the sync interval.
     kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
-                              "decode_responses": False}
+                              "decode_responses": False, "retry": Retry(NoBackoff(), 0)}
     password = settings.password()
     if password is not None:
         kwargs["password"] = password
@@ -150,9 +155,7 @@ class StoreSync:
                     # First: the ids another replica counted first are taken back here, and the
                     # counts written below are then already without them.
                     await self._sync_ids(self.ids)
-                now = self.clock()
-                await asyncio.gather(*(self._sync_bucket(kind, registry, b) for kind, registry
-                                       in self.registries for b in registry.collect(now)))
+                await self._sync_buckets()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any store failure degrades, never crashes
@@ -249,7 +252,7 @@ class StoreSync:
         taken = ids.take()
         groups: dict[int, dict[tuple[str, int], list[int]]] = {}
         for _, user, pid, window in taken:
-            groups.setdefault(bucket_of(user, self.settings.buckets), {}).setdefault(
+            groups.setdefault(bucket_of(user, self.settings.effective_buckets), {}).setdefault(
                 (user, window), []).append(pid)
         ttl = 2 * ids.window_ms
         seen_elsewhere: set[tuple[str, int, int]] = set()
@@ -273,14 +276,36 @@ class StoreSync:
                 seen_elsewhere.discard((user, window, pid))
                 counter.unrecord(user, None, 1, now)
 
-    async def _sync_bucket(self, kind: str, registry: SharedQuotas, batch: SyncBatch) -> None:
+    async def _sync_buckets(self) -> None:
+        """Every bucket with work, of every registry: on a standalone server one pipeline (one
+        connection, one round trip); on a Cluster, calls side by side, each to its bucket's node
+        (redis-py does not pipeline scripts there)."""
+        now = self.clock()
+        work = [(kind, registry, batch) for kind, registry in self.registries
+                for batch in registry.collect(now)]
+        if not work:
+            return
+        script = self._script("sync", scripts.SYNC_BUCKET)
+        calls = [self._bucket_call(kind, registry, batch) for kind, registry, batch in work]
+        if self.settings.cluster:
+            outs = await asyncio.gather(*(script(keys=keys, args=args) for keys, args, _ in calls))
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for keys, args, _ in calls:
+                await script(keys=keys, args=args, client=pipe)
+            outs = await pipe.execute()
+        for (kind, registry, batch), (_, _, reads), out in zip(work, calls, outs, strict=True):
+            self._apply_bucket(kind, registry, batch, reads, out)
+
+    def _bucket_call(self, kind: str, registry: SharedQuotas,
+                     batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
         samples = sorted({s for w in batch.writes.values() for s in w}
                          | {s for r in batch.reads.values() for s in r})
         pos = {s: i + 1 for i, s in enumerate(samples)}
         window = registry.config.window_ms
         ttl = (registry.config.samples + 2) * window
-        wrote = (kind, batch.bucket)
-        args: list[Any] = [self.replica, ttl, len(samples), 1 if wrote in self._wrote else 0]
+        args: list[Any] = [self.replica, ttl, len(samples),
+                           1 if (kind, batch.bucket) in self._wrote else 0]
         writes = [(pos[s], key, v) for key, w in batch.writes.items() for s, v in w.items()]
         args.append(len(writes))
         for p, key, v in writes:
@@ -290,7 +315,12 @@ class StoreSync:
         for key, wanted in reads:
             args += [key, len(wanted), *(pos[s] for s in wanted)]
         keys = scripts.bucket_keys(self.settings.key_prefix, batch.bucket, samples, kind)
-        out = await self._script("sync", scripts.SYNC_BUCKET)(keys=keys, args=args)
+        return keys, args, reads
+
+    def _apply_bucket(self, kind: str, registry: SharedQuotas, batch: SyncBatch,
+                      reads: list[tuple[str, list[int]]], out: Any) -> None:
+        if isinstance(out, Exception):
+            raise out
         lost = bool(int(out[0]))
         totals: dict[str, dict[int, int]] = {}
         i = 1
@@ -299,7 +329,7 @@ class StoreSync:
             for s in wanted:
                 sums[s] = int(out[i])
                 i += 1
-        self._wrote.add(wrote)
+        self._wrote.add((kind, batch.bucket))
         if lost:
             log.info("quota store lost this replica's counts in bucket %s%d: writing them again",
                      kind, batch.bucket)
