@@ -1,0 +1,1 @@
+"""The quota state shared by proxy replicas and worker processes (issue 14)."""
