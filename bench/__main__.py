@@ -8,7 +8,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from bench import analytics, producer_ids, quota_cost, tansu_perf, throughput
+from bench import analytics, producer_ids, quota_cost, tansu_perf, throughput, workers
 
 # In this order: what is timed finely runs first. Spark's JVM outlives spark.stop() until this
 # process exits (2.3 GB resident, a few percent of a core), so analytics comes last.
@@ -21,6 +21,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                    "100 tenants' quotas", quota_cost.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
                      producer_ids.run),
+    "workers": ("--workers 1 against --workers 2 on CPU-bound workloads, in front of a broker that "
+                "answers from a cache (bench.sink_broker)", workers.run),
     "analytics": ("Usage pipeline: 10M records through analyze (local Spark), replay fast paths, "
                   "driver memory", analytics.run),
 }
