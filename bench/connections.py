@@ -4,7 +4,7 @@ tests/bench/test_connections.py assert what must hold (all served, limits kept, 
 
     python -m bench.connections hold   [--connections 10000] [--active 20] [--seconds 10] [--workers 2]
     python -m bench.connections flood  [--rate 2000] [--seconds 10] [--limit-rate 200] [--max-per-ip 500]
-                                       [--generators 2]
+                                       [--generators 4]
     python -m bench.connections slow   [--slowloris 1000] [--max-frame-bytes 8388608]
     python -m bench.connections all    (what `make load` runs)
 
@@ -578,7 +578,7 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--slowloris", type=int, default=1000, help="slow: slowloris connections")
     p.add_argument("--max-frame-bytes", type=int, default=8 * MIB, help="slow: the proxy's max_frame_bytes")
     p.add_argument("--workers", type=int, help="the proxy's --workers (default: 2 for hold, 1 otherwise)")
-    p.add_argument("--generators", type=int, default=2, help="flood: processes offering the connections")
+    p.add_argument("--generators", type=int, default=4, help="flood: processes offering the connections")
     args = p.parse_args(argv)
     if args.run == "offer":
         raise_fd_limit()
