@@ -101,6 +101,9 @@ class Supervisor:
 
     def run(self) -> int:
         try:
+            if not sys.platform.startswith("linux"):
+                raise StartError("--workers needs Linux: its SO_REUSEPORT spreads connections "
+                                 "over the workers, and its parent-death signal stops them")
             check_port_free(self.settings.listen, "listen")
             store_url = self._start_store()
             for i in range(self.settings.workers):
@@ -165,7 +168,9 @@ class Supervisor:
         if not slot.ready and slot.alive and os.path.exists(slot.role.metrics_socket):
             slot.ready = True
             slot.start_failures = 0
-            log.info("worker %d (pid %d) serving", slot.role.index, slot.proc.pid if slot.proc else -1)
+            # A restart was announced by the death's own line.
+            log.log(logging.DEBUG if slot.restarts else logging.INFO, "worker %d (pid %d) serving",
+                    slot.role.index, slot.proc.pid if slot.proc else -1)
 
     def _start_first(self) -> bool:
         """Worker 0 alone first: a start-up problem every worker would share shows once."""
