@@ -115,6 +115,8 @@ def _check_config(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="kafka-quota-proxy check-config",
                                 description="Validate a config file and print the settings it gives.")
     p.add_argument("file")
+    p.add_argument("--probe-store", action="store_true",
+                   help="also connect to the store: section's server and run one sync's calls")
     args = p.parse_args(argv)
     try:
         settings = merge(load_file(args.file))
@@ -134,6 +136,27 @@ def _check_config(argv: Sequence[str]) -> int:
     print(f"  {policy}")
     for warning in warnings:
         print(f"  warning: {warning}")
+    store = settings.store
+    if store is None:
+        print("  quota state: each worker's own (no store:)" if settings.workers > 1 else
+              "  quota state: this process's own (no store:)")
+        if args.probe_store:
+            print("  store probe: nothing to probe (no store:)")
+    else:
+        print(f"  quota state shared through {store.redacted_url}"
+              f"{' (Valkey Cluster)' if store.cluster else ''}, key prefix {store.key_prefix!r}, "
+              f"synced every {store.sync_interval_ms} ms; on store failure: {store.on_failure} "
+              f"after {store.degraded_grace_seconds:g}s")
+        if settings.quota.scope == "proxy":
+            print("  warning: quota.scope proxy is each process's own budget even with a store; "
+                  "use broker or cluster to share it")
+        if args.probe_store:
+            from kafka_quota_proxy.proxy.store.probe import probe
+
+            ok, line = run_loop(probe(store))
+            print(f"  store probe: {line}")
+            if not ok:
+                return 1
     return 0
 
 

@@ -31,6 +31,7 @@ from kafka_quota_proxy.proxy.file_watch import watch_files
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.metrics_socket import MetricsSocket
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
+from kafka_quota_proxy.proxy.observability.store_metrics import StoreCollector
 from kafka_quota_proxy.proxy.observability.usage_log import (
     UsageCollector,
     UsageMeter,
@@ -46,6 +47,7 @@ from kafka_quota_proxy.proxy.stages.quota_charge import mutation_permits
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_principals import Principals
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
+from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.proxy.tls import server_context, upstream_context, watch_certificates
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
@@ -70,7 +72,13 @@ class Proxy:
             self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
             default_state_file(settings.config_path, settings.quota), self.audit)
         self.quota_access = QuotaAccess(authenticates_clients(settings))
-        self.engine = QuotaEngine(settings.quota, self.quotas)
+        self.engine = QuotaEngine(settings.quota, self.quotas,
+                                  shared_buckets=settings.store.buckets if settings.store else None)
+        self.store_sync: StoreSync | None = None
+        if settings.store is not None and self.engine.shared is not None:
+            self.store_sync = StoreSync(settings.store, self.engine.shared, config=self.quota_control,
+                                        id_rates=self.engine.shared_id_rates, ids=self.engine.shared_ids)
+            self.metrics.registry.register(StoreCollector(self.store_sync, self.engine.clock))
         self.metrics.registry.register(QuotaCollector(self.engine, lambda: self._loop))
         self.sasl_stage = self._sasl_stage(settings)
         self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster,
@@ -127,6 +135,11 @@ class Proxy:
                                                         registry=self.metrics.registry)
             log.info("metrics at http://%s/metrics", s.metrics)
         self.spawn(self.cluster.refresh_forever())
+        if self.store_sync is not None:
+            st = self.store_sync.settings
+            log.info("quota store %s: syncing every %d ms as replica %s", st.redacted_url,
+                     st.sync_interval_ms, self.store_sync.replica)
+            self.spawn(self.store_sync.run_forever())
         self.spawn(self._expire_forever())
         self.spawn(self._expire_producer_ids_forever())
         if self.usage is not None:
@@ -297,6 +310,9 @@ class Proxy:
             # The last, partial interval too; the writer drains its queue off the loop.
             self.usage.rotate()
             await self.loop.run_in_executor(None, self.usage.writer.close)
+        if self.store_sync is not None:
+            await self.store_sync.sync_once()  # what this replica counted last, for the others
+            await self.store_sync.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

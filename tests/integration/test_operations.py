@@ -193,6 +193,7 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
         "  1 worker process",
         "  quota management: alter by nobody; describe by nobody; and ANONYMOUS from loopback "
         "(no client authentication configured)",
+        "  quota state: this process's own (no store:)",
     ]
 
 

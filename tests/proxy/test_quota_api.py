@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from pathlib import Path
+
 import pytest
 
 from kafka_quota_proxy.protocol.apis import codec
@@ -170,3 +173,19 @@ def test_a_null_quota_array_is_a_protocol_error(frame: bytes, caplog: pytest.Log
 
     run(scenario())
     assert "Traceback" not in caplog.text and "null" in caplog.text
+
+
+def test_quotas_adopted_from_a_shared_store_are_in_force_even_when_the_state_file_cannot_be_written(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from kafka_quota_proxy.config.quota_state import change_field
+    from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+    from kafka_quota_proxy.quota.resolution import QuotaStore
+
+    store = QuotaStore()
+    unwritable = tmp_path / "missing-dir" / "state.json"
+    control = QuotaControl(store, {}, unwritable)
+    field, value = change_field(QuotaEntity(user="alice"), QuotaKey.PRODUCER_BYTE_RATE, 4096.0)
+    with caplog.at_level(logging.ERROR, logger="kafka_quota_proxy"):
+        assert control.adopt_shared({field: value}) == []
+    assert store.get(QuotaEntity(user="alice")) == {QuotaKey.PRODUCER_BYTE_RATE: 4096.0}
+    assert "not saved locally" in caplog.text

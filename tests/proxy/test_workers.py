@@ -17,7 +17,15 @@ from kafka_quota_proxy.config import merge
 from kafka_quota_proxy.config.settings import parse_values
 from kafka_quota_proxy.config.worker_settings import WorkerRole, parse_worker_role
 from kafka_quota_proxy.proxy.server import Proxy
-from kafka_quota_proxy.proxy.workers.merge import MAX, RULES, SUM, Retired, rule_for
+from kafka_quota_proxy.proxy.workers.merge import (
+    MAX,
+    RULES,
+    SUM,
+    Retired,
+    _by_source,
+    _max_if_shared,
+    rule_for,
+)
 from kafka_quota_proxy.proxy.workers.merge import merge as merge_metrics
 
 P = "kafka_quota_proxy_"
@@ -93,9 +101,9 @@ def test_a_port_in_use_stops_the_supervisor_with_one_line_and_exit_1(
 
 
 def full_proxy(tmp_path: Path) -> Proxy:
-    """A proxy with every metric family on: quotas, usage log (not started)."""
+    """A proxy with every metric family on: quotas, usage log, a store (none of them started)."""
     settings = merge(parse_values({
-        "upstream": "127.0.0.1:1", "listen": "127.0.0.1:1",
+        "upstream": "127.0.0.1:1", "listen": "127.0.0.1:1", "store": {"url": "redis://127.0.0.1:1"},
         "usage_log": {"dir": str(tmp_path / "usage")},
         "quotas": [{"user": "alice", "producer_byte_rate": 1000, "producer_ids_rate": 10}],
         "quota": {"state_file": str(tmp_path / "state.json")},
@@ -124,10 +132,11 @@ def test_every_merge_rule_is_documented() -> None:
         for name in cells[0].replace("`", "").split(", "):
             full = P + name.removeprefix("...").removeprefix("_") if name.startswith("...") else name
             documented[full.removesuffix("_total")] = cells[1]
+    words = {_by_source: "sum for `source=\"api\"`, max for `file` and `store`",
+             _max_if_shared: "sum; max with a `store:`"}
     for name, rule in RULES.items():
         assert name in documented, name
-        want = "sum for `source=\"api\"`, max for `source=\"file\"`" if callable(rule) else rule
-        assert documented[name] == want, name
+        assert documented[name] == words.get(rule, rule), name  # type: ignore[call-overload]
 
 
 def test_one_worker_merged_alone_is_itself(tmp_path: Path) -> None:
@@ -183,7 +192,26 @@ def test_counts_add_up_configuration_does_not_and_estimates_take_the_worst() -> 
     assert merged[fp_rate] == 0.004
     assert merged[(P + "connections_accepted_created", ())] == 100.0
     assert rule_for(P + "quota_changes", {"source": "file"}) == MAX
+    assert rule_for(P + "quota_changes", {"source": "store"}) == MAX
     assert rule_for(P + "quota_changes", {"source": "api"}) == SUM
+
+
+def test_with_a_store_a_shared_rate_is_every_workers_and_its_local_parts_add_up() -> None:
+    def worker(rate: float, local: float) -> list:
+        labels = 'client_id="",quota_type="producer_byte_rate",scope="broker-1",user="alice"'
+        return families(f"""# HELP {P}byte_rate b
+# TYPE {P}byte_rate gauge
+{P}byte_rate{{{labels}}} {rate}
+# HELP {P}byte_rate_local b
+# TYPE {P}byte_rate_local gauge
+{P}byte_rate_local{{{labels}}} {local}
+""")
+    key = (("client_id", ""), ("quota_type", "producer_byte_rate"), ("scope", "broker-1"), ("user", "alice"))
+    alone = samples(render(merge_metrics([worker(300.0, 100.0), worker(310.0, 200.0)])))
+    assert alone[(P + "byte_rate", key)] == 610.0
+    shared = samples(render(merge_metrics([worker(300.0, 100.0), worker(310.0, 200.0)], shared=True)))
+    assert shared[(P + "byte_rate", key)] == 310.0  # the largest view of one global rate
+    assert shared[(P + "byte_rate_local", key)] == 300.0
 
 
 def test_a_dead_workers_counts_carry_on_and_its_gauges_do_not() -> None:

@@ -1,1 +1,1 @@
-"""The quota state shared by proxy replicas and worker processes (issue 14)."""
+"""Quota state shared with other proxy replicas through Valkey/Redis."""

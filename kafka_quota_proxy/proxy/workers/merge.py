@@ -22,12 +22,18 @@ from prometheus_client.metrics_core import Metric
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX as P
 
 SUM, MAX, MIN = "sum", "max", "min"
-Rule = str | Callable[[Mapping[str, str]], str]
+# A rule, or a function of a sample's labels and of whether the workers share a store.
+Rule = str | Callable[[Mapping[str, str], bool], str]
 
 
-def _by_source(labels: Mapping[str, str]) -> str:
-    # Every worker reloads the same file and counts the same change; an API call reaches one.
-    return MAX if labels.get("source") == "file" else SUM
+def _by_source(labels: Mapping[str, str], shared: bool) -> str:
+    # An API call reaches one worker; a file change, or one adopted from the store, every worker.
+    return SUM if labels.get("source") == "api" else MAX
+
+
+def _max_if_shared(labels: Mapping[str, str], shared: bool) -> str:
+    # With a store each worker measures the entity over every replica (up to the sync lag).
+    return MAX if shared else SUM
 
 
 # Family name as Prometheus' parser gives it (a counter without `_total`) -> rule.
@@ -50,14 +56,14 @@ RULES: dict[str, Rule] = {
     P + "usage_records_dropped": SUM,
     P + "usage_requests_unmetered": SUM,
     P + "usage_write_errors": SUM,
-    # Quota measurements (observability/quota_metrics.py). While each worker keeps its own quota
-    # state, a rate is that worker's share of the entity's traffic: the sum is the entity's rate.
-    # (Once the workers share their samples through a store, each reads the global rate and
-    # these become MAX.)
-    P + "byte_rate": SUM,
-    P + "request_time_percent": SUM,  # percent of one thread, per worker: the host's total
-    P + "mutation_rate": SUM,
-    P + "mutation_tokens": SUM,  # each worker's bucket: what the entity may still spend in all
+    # Quota measurements (observability/quota_metrics.py). Without a store a rate is that worker's
+    # share of the entity's traffic, and the sum is the entity's rate; with one, every worker
+    # reads the rate over all replicas, and the sum would count it N times.
+    P + "byte_rate": _max_if_shared,
+    P + "byte_rate_local": SUM,  # each worker's own part (with a store only)
+    P + "request_time_percent": SUM,  # local by design: percent of one thread per worker
+    P + "mutation_rate": MAX,  # the bucket's refill rate: the controller_mutation_rate quota
+    P + "mutation_tokens": _max_if_shared,  # own buckets, or buckets charged with all spending
     P + "throttle_time_ms": SUM,
     P + "throttled_requests": SUM,
     P + "connection_accept_throttle_time_ms": SUM,
@@ -67,7 +73,7 @@ RULES: dict[str, Rule] = {
     P + "configured_quota": MAX,
     P + "quota_mode": MAX,
     # The producer-id quota (KIP-936).
-    P + "producer_id_rate": SUM,
+    P + "producer_id_rate": _max_if_shared,
     P + "producer_ids_tracked": SUM,  # ids in all workers' filters (one seen by two counts twice)
     P + "producer_id_false_positive_rate": MAX,  # the worst worker's estimate
     P + "producer_id_rejections": SUM,
@@ -75,17 +81,26 @@ RULES: dict[str, Rule] = {
     P + "producer_id_cache_bytes": SUM,  # memory held on the host
     P + "producer_id_cache_dropped_users": SUM,
     P + "producer_id_cache_overfull_adds": SUM,
+    # The shared store's sync (observability/store_metrics.py): each worker is a replica.
+    P + "store_syncs": SUM,
+    P + "store_errors": SUM,
+    P + "store_sync_duration_seconds": SUM,
+    P + "store_sync_lag_seconds": MAX,  # the worst worker's: how late the host sees the others
+    P + "store_degraded": MAX,  # 1 while any worker is
+    P + "store_replicas": MAX,  # every worker reads the same heartbeats
+    P + "store_entities": SUM,
 }
 COUNTING_TYPES = ("counter", "histogram", "summary")  # what a dead worker's last counts carry on
 
 
-def rule_for(family: str, labels: Mapping[str, str]) -> str:
-    """How a family's samples combine across workers: `_created` the earliest, else RULES (SUM
-    for a family the table does not know, which a test does not let through)."""
+def rule_for(family: str, labels: Mapping[str, str], shared: bool = False) -> str:
+    """How a family's samples combine across workers (`shared`: they sync through a store):
+    `_created` the earliest, else RULES (SUM for a family the table does not know, which a test
+    does not let through)."""
     if family.endswith("_created"):
         return MIN
     rule = RULES.get(family, SUM)
-    return rule(labels) if callable(rule) else rule
+    return rule(labels, shared) if callable(rule) else rule
 
 
 SampleKey = tuple[str, str, tuple[tuple[str, str], ...]]  # family, sample name, sorted labels
@@ -102,20 +117,22 @@ class Retired:
     totals: dict[SampleKey, float] = field(default_factory=dict)
     families: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (help, type)
 
-    def add(self, families: Iterable[Metric]) -> None:
+    def add(self, families: Iterable[Metric], shared: bool = False) -> None:
         for f in families:
             if f.type not in COUNTING_TYPES or f.name.endswith("_created"):
                 continue
             self.families.setdefault(f.name, (f.documentation, f.type))
             for s in f.samples:
-                if s.name.endswith("_created") or rule_for(f.name, s.labels) != SUM:
+                if s.name.endswith("_created") or rule_for(f.name, s.labels, shared) != SUM:
                     continue
                 k = _key(f.name, s.name, s.labels)
                 self.totals[k] = self.totals.get(k, 0.0) + s.value
 
 
-def merge(scrapes: Iterable[Iterable[Metric]], retired: Retired | None = None) -> list[Metric]:
-    """The workers' families merged by RULES, in the order first seen, plus retired counts."""
+def merge(scrapes: Iterable[Iterable[Metric]], retired: Retired | None = None,
+          shared: bool = False) -> list[Metric]:
+    """The workers' families merged by RULES, in the order first seen, plus retired counts;
+    `shared`: the workers sync their quota state through a store."""
     order: list[str] = []
     heads: dict[str, tuple[str, str]] = {}
     values: dict[str, dict[SampleKey, float]] = {}
@@ -133,7 +150,7 @@ def merge(scrapes: Iterable[Iterable[Metric]], retired: Retired | None = None) -
                     merged[k] = s.value
                     labels_of[k] = s.labels
                     continue
-                rule = MIN if s.name.endswith("_created") else rule_for(f.name, s.labels)
+                rule = MIN if s.name.endswith("_created") else rule_for(f.name, s.labels, shared)
                 merged[k] = (merged[k] + s.value if rule == SUM else
                              max(merged[k], s.value) if rule == MAX else min(merged[k], s.value))
     if retired is not None:

@@ -118,11 +118,12 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
             log.info("supervisor %d: starting %d workers", os.getpid(), len(self.slots))
-            # TODO(issue 14, store): remove once the workers share their quota state.
-            log.warning("quota state is per worker until the shared store is wired: each of the "
-                        "%d workers measures and enforces every quota on its own, so a client "
-                        "whose connections reach several workers gets up to %dx its quota",
-                        len(self.slots), len(self.slots))
+            if not self.shares_store:
+                # TODO(issue 14, store): remove once the workers use the embedded store.
+                log.warning("quota state is per worker until the shared store is wired: each of "
+                            "the %d workers measures and enforces every quota on its own, so a "
+                            "client whose connections reach several workers gets up to %dx its "
+                            "quota (a store: section shares it)", len(self.slots), len(self.slots))
             if not self._start_first():
                 return 1
             for slot in self.slots[1:]:
@@ -142,9 +143,9 @@ class Supervisor:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _start_store(self) -> str | None:
-        # TODO(issue 14, store): a configured `store:` is used as it is; the embedded one is
-        # started only when there is none.
-        if getattr(self.settings, "store", None) is not None:
+        # A configured `store:` is used as it is (each worker syncs with it as a replica of its
+        # own); the embedded one is started only when there is none.
+        if self.settings.store is not None:
             return None
         try:
             self.store = start_embedded_store(self.tmp)
@@ -257,6 +258,12 @@ class Supervisor:
                 slot.proc.wait()
         log.info("all workers stopped")
 
+    @property
+    def shares_store(self) -> bool:
+        """Whether the workers sync their quota state through a store (metrics merge differently).
+        TODO(issue 14, store): also True once the workers use the embedded store."""
+        return self.settings.store is not None
+
     def serving(self) -> list[tuple[Slot, int]]:
         """The workers that serve now, with their pids."""
         return [(s, s.proc.pid) for s in self.slots if s.proc is not None and s.alive and s.ready]
@@ -281,9 +288,10 @@ class WorkersCollector(Collector):
                                                        SCRAPE_TIMEOUT_SECONDS)
                      for slot, _ in serving}
             pids = {slot.role.index: pid for slot, pid in serving}
+            shared = self.supervisor.shares_store
             for index, (pid, families) in list(self.last.items()):
                 if pids.get(index) != pid:  # died (and perhaps restarted) since the last scrape
-                    self.retired.add(families)
+                    self.retired.add(families, shared)
                     del self.last[index]
             for index, future in reads.items():
                 try:
@@ -292,7 +300,7 @@ class WorkersCollector(Collector):
                     log.warning("metrics of worker %d not read (%s); showing its last", index, exc)
                     continue
                 self.last[index] = (pids[index], list(text_string_to_metric_families(text)))
-            merged = merge([families for _, families in self.last.values()], self.retired)
+            merged = merge([families for _, families in self.last.values()], self.retired, shared)
         return iter(merged)
 
 
