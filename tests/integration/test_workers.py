@@ -208,3 +208,25 @@ def test_kill_9_of_the_supervisor_leaves_no_worker_nor_store(workers: ProxyProce
     workers.proc.wait(10)
     gone, alive = psutil.wait_procs(children, timeout=35)  # the workers drain (nothing to drain)
     assert alive == []
+
+
+def test_with_a_store_each_worker_is_a_replica_of_its_own(broker: Broker, broker_node_id: int,
+                                                           tmp_path: Path) -> None:
+    from kafka_quota_proxy.proxy.store.embedded import start_embedded_store
+
+    store = start_embedded_store(tmp_path)
+    proxy = ProxyProcess(broker.address, broker_node_id, extra_config={
+        "workers": 2, "store": {"url": store.url}}).start()
+    try:
+        deadline = time.monotonic() + 30
+        while proxy.metric(P + "store_replicas") != 2:  # both workers' heartbeats, read by each
+            assert time.monotonic() < deadline, proxy.log_text()
+            time.sleep(0.2)
+        assert proxy.metric(P + "store_degraded") == 0
+        log = proxy.log_text()
+        assert "quota state is per worker" not in log
+        assert "embedded Valkey" not in log  # the configured store is the one used
+        assert log.count("syncing every") == 2
+    finally:
+        proxy.stop()
+        store.stop()
