@@ -130,7 +130,8 @@ def stack(config: dict[str, Any] | None = None, partitions: int = 1, workers: in
         for f in admin.create_topics([NewTopic(TOPIC, partitions, 1)]).values():
             f.result(30)
         proxy = ProxyProcess(broker.address, node, {"log_level": "WARNING", "workers": workers,
-                                                    **(config or {})}).start()
+                                                    **(config or {})})
+        proxy.start()  # stopped below even when it fails to start in time
         yield Stack(broker, proxy)
     finally:
         if proxy is not None:

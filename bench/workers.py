@@ -89,8 +89,9 @@ def started() -> Iterator[Stack]:
         proxies = {}
         for n in (1, 2):
             proxy = ProxyProcess(f"{LOOPBACK}:{port}", NODE_ID,
-                                 extra_config={"workers": n, "log_level": "WARNING"}).start()
-            stack.callback(proxy.stop)
+                                 extra_config={"workers": n, "log_level": "WARNING"})
+            stack.callback(proxy.stop)  # before start(): a start that times out leaves a process
+            proxy.start()
             proxies[n] = proxy
         yield Stack(sink, proxies)
 
