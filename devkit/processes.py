@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -220,9 +221,24 @@ class ProxyProcess:
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             workers = self.worker_pids() if self.workers > 1 else []
+            private = self._supervisor_dir()
             self.proc.kill()
             self.proc.wait(10)
             _kill_all(workers)  # the kernel SIGTERMs them; a test does not wait for their drains
+            if private is not None:  # what a killed supervisor leaves (docs/deployment.md)
+                shutil.rmtree(private, ignore_errors=True)
+
+    def _supervisor_dir(self) -> Path | None:
+        """The supervisor's private directory, where its workers' metrics sockets are."""
+        import psutil
+
+        assert self.proc is not None
+        for child in psutil.Process(self.proc.pid).children():
+            with contextlib.suppress(psutil.Error, ValueError, IndexError, KeyError):
+                cmd = child.cmdline()
+                role = json.loads(cmd[cmd.index("--worker-role") + 1])
+                return Path(role["metrics_socket"]).parent
+        return None
 
 
 def _kill_all(pids: list[int]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import struct
@@ -204,10 +205,13 @@ def test_kill_9_of_the_supervisor_leaves_no_worker_nor_store(workers: ProxyProce
     children = psutil.Process(workers.proc.pid).children()
     assert len(children) == 3  # two workers and the embedded Valkey
     assert any("valkey-server" in " ".join(c.cmdline()) for c in children)
+    private = workers._supervisor_dir()
     workers.proc.kill()
     workers.proc.wait(10)
     gone, alive = psutil.wait_procs(children, timeout=35)  # the workers drain (nothing to drain)
     assert alive == []
+    assert private is not None and sorted(p.name for p in private.iterdir()) == ["valkey.log"]
+    shutil.rmtree(private)  # all a killed supervisor leaves behind (docs/deployment.md)
 
 
 def test_with_a_store_each_worker_is_a_replica_of_its_own(broker: Broker, broker_node_id: int,
