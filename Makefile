@@ -103,9 +103,10 @@ faults-broker: $(STAMP)
 faults-proxy: $(STAMP)
 	$(BIN)/python -m devkit.proxy_faults
 
-# 10,000 connections held (or as many as the descriptor limit allows), a flood of 2,000 new
-# connections/s against the connection quotas, slow and non-reading clients; printed as JSON
-# lines, about 5 minutes (docs/reliability.md, "Load and hostile clients").
+# 10,000 connections held through a proxy with --workers 2 (each worker under its own
+# descriptor limit), a flood of 2,000 new connections/s from 2 processes against the connection
+# quotas, slow and non-reading clients; printed as JSON lines, about 5 minutes
+# (docs/reliability.md, "Load and hostile clients").
 load: $(STAMP)
 	$(BIN)/python -m bench.connections all
 

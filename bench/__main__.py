@@ -17,6 +17,7 @@ from bench import (
     store_sync,
     tansu_perf,
     throughput,
+    workers,
 )
 
 # In this order: what is timed finely runs first. Spark's JVM outlives spark.stop() until this
@@ -37,6 +38,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                    store_sync.run),
     "store_parts": ("Shared quota store parts: servers (start, script cost, Cluster) and clients "
                     "(redis-py + hiredis, valkey-glide: latency, CPU, faults)", store_parts.run),
+    "workers": ("--workers 1 against --workers 2 on CPU-bound workloads, in front of a broker that "
+                "answers from a cache (bench.sink_broker)", workers.run),
     "analytics": ("Usage pipeline: 10M records through analyze (local Spark), replay fast paths, "
                   "driver memory", analytics.run),
 }

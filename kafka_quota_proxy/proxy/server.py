@@ -29,6 +29,7 @@ from kafka_quota_proxy.proxy.datapath.splice import PipePool
 from kafka_quota_proxy.proxy.datapath.splice import supported as splice_supported
 from kafka_quota_proxy.proxy.file_watch import watch_files
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
+from kafka_quota_proxy.proxy.observability.metrics_socket import MetricsSocket
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
 from kafka_quota_proxy.proxy.observability.store_metrics import StoreCollector
 from kafka_quota_proxy.proxy.observability.usage_log import (
@@ -85,7 +86,10 @@ class Proxy:
         self.usage: UsageMeter | None = None
         if settings.usage_log is not None:
             u = settings.usage_log
-            writer = UsageWriter(u, u.instance or default_instance(settings.listen.port))
+            instance = u.instance or default_instance(settings.listen.port)
+            if settings.worker is not None:  # each worker writes as an instance of its own
+                instance = f"{instance}-{settings.worker.name}"
+            writer = UsageWriter(u, instance)
             self.usage = UsageMeter(u, self.quotas, writer, permits=lambda ctx: mutation_permits(
                 ctx.api_key, ctx.decode_request(), self.cluster.topic_partitions))
             self.engine.usage = self.usage
@@ -101,6 +105,7 @@ class Proxy:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._all_closed = asyncio.Event()
         self._metrics_server: Any = None
+        self._metrics_socket: MetricsSocket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -111,9 +116,11 @@ class Proxy:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         s = self.settings
+        # Workers each open the same listeners; the kernel spreads connections among them.
         server = await self.loop.create_server(
             lambda: self._accept("bootstrap", self.cluster.bootstrap_targets),
-            s.listen.host, s.listen.port, reuse_address=True, backlog=1024, ssl=self._listener_ssl)
+            s.listen.host, s.listen.port, reuse_address=True, reuse_port=s.worker is not None,
+            backlog=1024, ssl=self._listener_ssl)
         self._servers.append(server)
         log.info("listening on %s (bootstrap) for upstream %s; clients are told host %s",
                  s.listen, ", ".join(map(str, s.upstream)), s.effective_advertised_host)
@@ -121,7 +128,9 @@ class Proxy:
         log.info("%s", policy)
         for warning in warnings:
             log.warning("%s", warning)
-        if s.metrics is not None:
+        if s.worker is not None:  # the supervisor serves --metrics, merging every worker's
+            self._metrics_socket = MetricsSocket(s.worker.metrics_socket, self.metrics.registry)
+        elif s.metrics is not None:
             self._metrics_server, _ = start_http_server(s.metrics.port, s.metrics.host,
                                                         registry=self.metrics.registry)
             log.info("metrics at http://%s/metrics", s.metrics)
@@ -307,6 +316,8 @@ class Proxy:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
+        if self._metrics_socket is not None:
+            self._metrics_socket.close()
         self.pipes.close()
         log.info("stopped")
 
