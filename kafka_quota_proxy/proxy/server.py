@@ -16,6 +16,7 @@ from kafka_quota_proxy.config import ConfigError, HostPort, Settings
 from kafka_quota_proxy.config.credentials_file import load_credentials
 from kafka_quota_proxy.config.identity_settings import principal_for_address
 from kafka_quota_proxy.config.quota_settings import default_state_file, validate_quota_entries
+from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.identity.failures import FailureBackoff
 from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper
 from kafka_quota_proxy.identity.x500 import x500_name_from_der
@@ -72,11 +73,19 @@ class Proxy:
             self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
             default_state_file(settings.config_path, settings.quota), self.audit)
         self.quota_access = QuotaAccess(authenticates_clients(settings))
+        # The quota store: the configured one, else the one a --workers supervisor started for
+        # its workers (then the workers are one proxy, and scope `proxy` is shared among them).
+        store = settings.store
+        own_store = store is None and settings.worker is not None and settings.worker.store_url
+        if own_store:
+            assert settings.worker is not None and settings.worker.store_url is not None
+            store = StoreSettings(url=settings.worker.store_url, key_prefix="kqp-workers")
         self.engine = QuotaEngine(settings.quota, self.quotas,
-                                  shared_buckets=settings.store.effective_buckets if settings.store else None)
+                                  shared_buckets=store.effective_buckets if store else None,
+                                  share_proxy_scope=bool(own_store))
         self.store_sync: StoreSync | None = None
-        if settings.store is not None and self.engine.shared is not None:
-            self.store_sync = StoreSync(settings.store, self.engine.shared, config=self.quota_control,
+        if store is not None and self.engine.shared is not None:
+            self.store_sync = StoreSync(store, self.engine.shared, config=self.quota_control,
                                         id_rates=self.engine.shared_id_rates, ids=self.engine.shared_ids)
             self.metrics.registry.register(StoreCollector(self.store_sync, self.engine.clock))
         self.metrics.registry.register(QuotaCollector(self.engine, lambda: self._loop))

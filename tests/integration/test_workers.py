@@ -234,3 +234,21 @@ def test_with_a_store_each_worker_is_a_replica_of_its_own(broker: Broker, broker
     finally:
         proxy.stop()
         store.stop()
+
+
+def test_without_a_store_the_workers_share_the_one_the_supervisor_starts(
+        broker: Broker, broker_node_id: int) -> None:
+    proxy = ProxyProcess(broker.address, broker_node_id, extra_config={
+        "workers": 2, "quota": {"scope": "proxy"},
+        "quotas": [{"client-id": "c", "producer_byte_rate": 1048576}]}).start()
+    try:
+        deadline = time.monotonic() + 30
+        while proxy.metric(P + "store_replicas") != 2:  # both workers' heartbeats, read by each
+            assert time.monotonic() < deadline, proxy.log_text()
+            time.sleep(0.2)
+        assert proxy.metric(P + "store_degraded") == 0
+        log = proxy.log_text()
+        assert "quota store for the workers: embedded Valkey at unix://" in log
+        assert log.count("syncing every") == 2
+    finally:
+        proxy.stop()

@@ -105,7 +105,8 @@ class QuotaEngine:
     """Everything quota-related the proxy holds: configured quotas, managers, switches."""
 
     def __init__(self, settings: QuotaSettings, store: QuotaStore,
-                 clock: Callable[[], int] = monotonic_ms, shared_buckets: int | None = None) -> None:
+                 clock: Callable[[], int] = monotonic_ms, shared_buckets: int | None = None,
+                 share_proxy_scope: bool = False) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
@@ -116,6 +117,8 @@ class QuotaEngine:
         # and `cluster` are measured across replicas (docs/cluster-quotas.md); None: this
         # process alone.
         self.shared: SharedQuotas | None = None
+        # Scope `proxy` is one process's budget, but the workers of one --workers proxy share it.
+        self.share_proxy_scope = share_proxy_scope
         # Producer-id rates have their own windows (an hour), so their own registry; and the ids
         # counted here, to be checked against the other replicas'.
         self.shared_id_rates: SharedQuotas | None = None
@@ -218,8 +221,7 @@ class QuotaEngine:
         return found
 
     def _stats(self, kind: str, scope: str) -> StatFactory | None:
-        # Scope `proxy` is this process's own budget, store or not.
-        if self.shared is None or scope == "proxy":
+        if self.shared is None or (scope == "proxy" and not self.share_proxy_scope):
             return None
         return ScopedShared(self.shared, kind, scope)
 
@@ -231,7 +233,7 @@ class QuotaEngine:
                                expiry_ms=max(EXPIRY_MS, s.window_num * s.window_ms))
         self._sensors.append(sensors)
         shared = self.shared_id_rates
-        if shared is None or scope == "proxy":
+        if shared is None or (scope == "proxy" and not self.share_proxy_scope):
             return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache)
         return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache,
                                       ScopedShared(shared, "pids", scope), self.shared_ids)

@@ -118,12 +118,6 @@ class Supervisor:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
             log.info("supervisor %d: starting %d workers", os.getpid(), len(self.slots))
-            if not self.shares_store:
-                # TODO(issue 14, store): remove once the workers use the embedded store.
-                log.warning("quota state is per worker until the shared store is wired: each of "
-                            "the %d workers measures and enforces every quota on its own, so a "
-                            "client whose connections reach several workers gets up to %dx its "
-                            "quota (a store: section shares it)", len(self.slots), len(self.slots))
             if not self._start_first():
                 return 1
             for slot in self.slots[1:]:
@@ -260,9 +254,9 @@ class Supervisor:
 
     @property
     def shares_store(self) -> bool:
-        """Whether the workers sync their quota state through a store (metrics merge differently).
-        TODO(issue 14, store): also True once the workers use the embedded store."""
-        return self.settings.store is not None
+        """Whether the workers sync their quota state through a store (metrics merge differently):
+        the configured one, or the embedded one started for them."""
+        return self.settings.store is not None or self.store is not None
 
     def serving(self) -> list[tuple[Slot, int]]:
         """The workers that serve now, with their pids."""
