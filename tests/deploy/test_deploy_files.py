@@ -613,7 +613,8 @@ def populated_registry() -> CollectorRegistry:
                         QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_IDS_RATE: 0.001},
                         QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0}})
     store_settings = StoreSettings(url="redis://valkey:6379")
-    engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now, shared_buckets=store_settings.effective_buckets)
+    engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now,
+                         shared_buckets=store_settings.effective_buckets)
     assert engine.shared is not None
     managers = engine.scope("kafka:19092")
     managers.produce.record_and_get_throttle_ms("alice", "demo", 100.0, now)
