@@ -8,13 +8,14 @@ import time
 
 import pytest
 
-from devkit.valkey import ValkeyServer
+from devkit.valkey import ValkeyCluster, ValkeyServer
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.store.sync import StoreSync
-from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
+from kafka_quota_proxy.quota.shared import bucket_of
 
 pytestmark = pytest.mark.integration
 
@@ -22,11 +23,12 @@ pytestmark = pytest.mark.integration
 
 
 class Replica:
-    def __init__(self, url: str, prefix: str, quotas: dict, clock: list[int]) -> None:
+    def __init__(self, url: str, prefix: str, quotas: dict, clock: list[int], cluster: bool = False) -> None:
         self.engine = QuotaEngine(QuotaSettings(scope="cluster"), QuotaStore(quotas),
                                   clock=lambda: clock[0], shared_buckets=4)
         assert self.engine.shared is not None
-        self.sync = StoreSync(StoreSettings(url=url, key_prefix=prefix, timeout_ms=2000), self.engine.shared,
+        settings = StoreSettings(url=url, key_prefix=prefix, timeout_ms=2000, cluster=cluster, buckets=4)
+        self.sync = StoreSync(settings, self.engine.shared,
                               clock=lambda: float(clock[0]), id_rates=self.engine.shared_id_rates,
                               ids=self.engine.shared_ids)
 
@@ -116,3 +118,44 @@ def test_after_the_store_restarts_empty_the_counts_are_whole_again(valkey: Valke
         return sum(seen.others.values())  # type: ignore[attr-defined]
 
     assert asyncio.run(scenario()) == 10_000
+
+
+def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: ValkeyCluster) -> None:
+    """Every bucket's keys share a hash tag, so each script call lands on one node; the calls of
+    one sync go to the three masters side by side."""
+    from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+
+    clock = [time.monotonic_ns() // 1_000_000]
+    quotas = {QuotaEntity(user="alice"): {QuotaKey.PRODUCER_IDS_RATE: 1000.0},
+              QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_BYTE_RATE: 1e12}}  # a sensor per user
+    a, b = (Replica(valkey_cluster.url, "c1", quotas, clock, cluster=True) for _ in range(2))
+    control_a, control_b = QuotaControl(QuotaStore(), {}, None), QuotaControl(QuotaStore(), {}, None)
+    a.sync.config, b.sync.config = control_a, control_b
+
+    async def scenario() -> tuple[int, float, float]:
+        tenants = [f"t{i}" for i in range(40)]  # spread over the buckets, so over the masters
+        for user in tenants:
+            a.engine.scope("x").produce.record_and_get_throttle_ms(user, "app", 1_000, clock[0])
+            b.engine.scope("x").produce.record_and_get_throttle_ms(user, "app", 3_000, clock[0])
+        a.engine.scope("x").producer_ids.charge("alice", [7, 8], clock[0])
+        b.engine.scope("x").producer_ids.charge("alice", [8, 9], clock[0])
+        control_a.alter([([("user", "bob")], [("producer_byte_rate", 2048.0, False)])], False)
+        for _ in range(3):
+            assert await a.sync.sync_once() and await b.sync.sync_once()
+        now = clock[0] + 1
+        seen = [a.engine.scope("x").produce.sensors.get(("Produce", user, ""), now) for user in tenants]
+        others = sum(sum(s.others.values()) for s in seen if s is not None)  # type: ignore[attr-defined]
+        buckets = {bucket_of(stat.key, 4) for stat in seen}  # type: ignore[union-attr]
+        nodes = {valkey_cluster.keyslot(f"{{c1:b{b}}}") for b in buckets}
+        assert len(buckets) == 4 and len(nodes) > 1
+        rates = (a.engine.scope("x").producer_ids.measure("alice", now),
+                 b.engine.scope("x").producer_ids.measure("alice", now))
+        await a.sync.close()
+        await b.sync.close()
+        return others, *rates
+
+    others, ids_a, ids_b = asyncio.run(scenario())
+    assert others == 40 * 3_000  # a sees b's bytes
+    assert ids_a == pytest.approx(3 / (10 * 3600), rel=1e-3)  # 7, 8, 9: 8 counted once
+    assert ids_b == pytest.approx(3 / (10 * 3600), rel=1e-3)
+    assert control_b.effective().get(QuotaEntity(user="bob")) == {QuotaKey.PRODUCER_BYTE_RATE: 2048.0}
