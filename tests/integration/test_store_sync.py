@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
 import pytest
 
@@ -15,7 +16,7 @@ from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
-from kafka_quota_proxy.quota.shared import bucket_of
+from kafka_quota_proxy.quota.shared import SharedRate, bucket_of
 
 pytestmark = pytest.mark.integration
 
@@ -143,9 +144,10 @@ def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: Val
         for _ in range(3):
             assert await a.sync.sync_once() and await b.sync.sync_once()
         now = clock[0] + 1
-        seen = [a.engine.scope("x").produce.sensors.get(("Produce", user, ""), now) for user in tenants]
-        others = sum(sum(s.others.values()) for s in seen if s is not None)  # type: ignore[attr-defined]
-        buckets = {bucket_of(stat.key, 4) for stat in seen}  # type: ignore[union-attr]
+        seen = [cast(SharedRate, a.engine.scope("x").produce.sensors.get(("Produce", user, ""), now))
+                for user in tenants]
+        others = sum(sum(stat.others.values()) for stat in seen)
+        buckets = {bucket_of(stat.key, 4) for stat in seen}
         nodes = {valkey_cluster.keyslot(f"{{c1:b{b}}}") for b in buckets}
         assert len(buckets) == 4 and len(nodes) > 1
         rates = (a.engine.scope("x").producer_ids.measure("alice", now),
