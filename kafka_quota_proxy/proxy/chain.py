@@ -27,6 +27,7 @@ from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
+from kafka_quota_proxy.proxy.stages.well_formed import WellFormed
 
 # A response ready to write: one buffer, or pieces written with writelines (no joining copy).
 Response = bytes | memoryview | list[bytes | memoryview]
@@ -38,7 +39,9 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
                    engine: QuotaEngine, cluster: Cluster, access: QuotaAccess) -> Pipeline:
     """The request and response stages, in the order a request and its response pass them."""
     terminate = isinstance(sasl, SaslTerminate)
-    request: list[RequestStage] = [ApiVersionsGate()]
+    # A body that does not parse goes no further than the ApiVersions gate (which answers
+    # versions newer than the codec, whose bodies cannot be checked).
+    request: list[RequestStage] = [ApiVersionsGate(), WellFormed()]
     response: list[ResponseStage] = [
         ApiVersionsIntersect(served=SERVED + (TERMINATED_SASL_APIS if terminate else ()))]
     if isinstance(sasl, SaslTerminate):

@@ -15,6 +15,7 @@ from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.protocol.well_formed import check_request
+from tests.support.frames import FUZZ_CREATE_TOPICS
 from tests.support.messages import message
 from tests.support.mutations import mutated
 
@@ -68,8 +69,7 @@ def _decodes(frame: bytes) -> Any:
 
 # The input the whole-proxy fuzz killed Tansu with (docs/reliability.md): CreateTopics v7 with
 # null Assignments and Configs; refused for those nulls. Its well-formed twin is CreateTopicsLimit's.
-@example(bytes.fromhex("0000003f001300070000000300136b61666b612d707974686f6e2d332e302e313200021166757a"
-                       "7a2d3034613131302d332e302e313200010100000000210010000500"))
+@example(FUZZ_CREATE_TOPICS)
 @given(valid_requests().flatmap(mutated))
 def test_a_body_that_passes_has_every_length_true(frame: bytes) -> None:
     # kafka-python reads each length it meets and fails (struct.error, IndexError, ...) where

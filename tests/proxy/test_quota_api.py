@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from kafka_quota_proxy.protocol.apis import codec
@@ -126,22 +128,40 @@ def test_alter_principals_refuses_everyone_else() -> None:
 
 
 @pytest.mark.parametrize(("api_key", "version", "name"), [
-    (19, 6, "CreateTopicsRequest"), (20, 5, "DeleteTopicsRequest"), (37, 3, "CreatePartitionsRequest"),
-    (48, 1, "DescribeClientQuotasRequest"), (49, 0, "AlterClientQuotasRequest")])
-def test_a_body_that_does_not_decode_closes_that_connection(api_key: int, version: int, name: str,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+    (19, 6, "CreateTopics"), (20, 5, "DeleteTopics"), (37, 3, "CreatePartitions"),
+    (48, 1, "DescribeClientQuotas"), (49, 0, "AlterClientQuotas")])
+def test_a_body_whose_lengths_do_not_fit_closes_that_connection(api_key: int, version: int, name: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    # Refused by the WellFormed stage before a stage decodes it: its first count (0x02056162 or
+    # a compact 1) runs past the 4 bytes there are.
     async def scenario() -> None:
         async with running(quotas=MUTATION_QUOTA) as h:
             c = await connect(h)
             c.writer.write(request_frame(api_key, version, 1, b"\x02\x05abc", client_id=b"c",
                                          flexible=codec()[api_key].is_flexible(version)))
             assert await is_closed(c.reader)
+            assert h.errors("truncated") == 1
+            assert broker_frames(h) == []
+    with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
+        run(scenario())
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert f"(ANONYMOUS, bootstrap): truncated: {name} v{version}: " in warning
+
+
+def test_a_body_that_does_not_decode_closes_that_connection(caplog: pytest.LogCaptureFixture) -> None:
+    # Every length true, but the topic name is not UTF-8: the stages' decode refuses it.
+    body = struct.pack(">ih", 1, 1) + b"\xff" + struct.pack(">ihiiib", 1, 1, 0, 0, 0, 0)
+    async def scenario() -> None:
+        async with running(quotas=MUTATION_QUOTA) as h:
+            c = await connect(h)
+            c.writer.write(request_frame(19, 4, 1, body, client_id=b"c"))
+            assert await is_closed(c.reader)
             assert h.errors("malformed") == 1
             assert broker_frames(h) == []
     with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
         run(scenario())
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
-    assert f"(ANONYMOUS, bootstrap): malformed: cannot decode {name} v{version}: " in warning
+    assert "(ANONYMOUS, bootstrap): malformed: cannot decode CreateTopicsRequest v4: " in warning
 
 
 # --- Found by the coverage-guided fuzzer (make fuzz) --------------------------------------------
