@@ -21,6 +21,7 @@ from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVers
 from kafka_quota_proxy.proxy.stages.base import RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.broker_addresses import BrokerAddresses
 from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
+from kafka_quota_proxy.proxy.stages.create_topics_limit import CreateTopicsLimit
 from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchAsV15
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
@@ -49,7 +50,7 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     elif isinstance(sasl, SaslInspect):
         request.append(sasl)
         response.append(sasl)
-    request += [ClientQuotasApi(quota_control, engine, access), FetchAsV15(),
+    request += [ClientQuotasApi(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
                 QuotaCharge(engine, cluster.topic_partitions)]
     response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
                  QuotaSettle(engine), ThrottleMerge()]

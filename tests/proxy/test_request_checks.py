@@ -1,5 +1,6 @@
 """The request checks on the data path, over the wire: a body that does not parse closes its
-connection before the broker sees it (WellFormed), and other connections carry on."""
+connection before the broker sees it (WellFormed), a CreateTopics for more partitions than Kafka
+allows is answered POLICY_VIOLATION (CreateTopicsLimit), and other connections carry on."""
 
 from __future__ import annotations
 
@@ -8,11 +9,18 @@ import struct
 from typing import Any
 
 import pytest
+from kafka.protocol.admin.topics import CreateTopicsRequest, CreateTopicsResponse
 
-from kafka_quota_proxy.protocol.headers import parse_request_header
+from kafka_quota_proxy.protocol.api_keys import CREATE_TOPICS
+from kafka_quota_proxy.protocol.headers import RequestHeader, parse_request_header
+from kafka_quota_proxy.proxy.stages.create_topics_limit import (
+    MAX_PARTITIONS_PER_REQUEST,
+    TOO_MANY_PARTITIONS,
+    partitions_requested,
+)
 from tests.proxy.conftest import correlation_id, is_closed, list_groups, read_frame, request_frame, running
-from tests.proxy.quota_support import broker_frames, run
-from tests.support.fake_broker import list_groups_v0_body
+from tests.proxy.quota_support import broker_frames, connect, run
+from tests.support.fake_broker import BrokerConn, list_groups_v0_body
 from tests.support.frames import FUZZ_CREATE_TOPICS, LIBRDKAFKA_METADATA
 
 # Bodies that do not parse, one per rule: an array count beyond the bytes (Produce v3), a null
@@ -24,6 +32,24 @@ BAD = [
     request_frame(3, 1, 7, struct.pack(">ih", 1, 300) + b"orders"),
     request_frame(3, 12, 7, b"\xff\xff\xff\xff\x07", flexible=True),
 ]
+
+
+async def answer_create_topics(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+    if header.api_key != CREATE_TOPICS:
+        return list_groups_v0_body()
+    request = CreateTopicsRequest.decode(frame[header.body_offset:], version=header.api_version)
+    result = CreateTopicsResponse.CreatableTopicResult
+    return bytes(CreateTopicsResponse(version=header.api_version, throttle_time_ms=0, topics=[
+        result(name=t.name, error_code=0, error_message=None, num_partitions=t.num_partitions,
+               replication_factor=t.replication_factor, configs=[]) for t in request.topics]
+    ).encode(version=header.api_version))
+
+
+def create_topics(*partitions: int, version: int = 7) -> Any:
+    topic = CreateTopicsRequest.CreatableTopic
+    return CreateTopicsRequest(version=version, timeout_ms=1000, validate_only=False, topics=[
+        topic(name=f"t{i}", num_partitions=n, replication_factor=1, assignments=[], configs=[])
+        for i, n in enumerate(partitions)])
 
 
 def forwarded_keys(h: Any) -> list[int]:
@@ -93,3 +119,39 @@ def test_librdkafkas_metadata_with_bytes_after_its_body_is_forwarded() -> None:
             assert not reader.at_eof()
             writer.close()
     run(scenario())
+
+
+def test_a_create_topics_over_kafkas_partition_limit_is_refused_with_policy_violation() -> None:
+    # The fuzz's request, well-formed: Tansu 0.6.0 creates it and dies at the next Metadata.
+    async def scenario() -> None:
+        async with running(answer_create_topics) as h:
+            c = await connect(h)
+            for version in (0, 4, 7):
+                response = await c.call(create_topics(825360385, version=version))
+                assert [(t.name, t.error_code) for t in response.topics] == [("t0", 44)]
+                if version >= 1:
+                    assert response.topics[0].error_message == TOO_MANY_PARTITIONS
+            # Kafka's count: the whole request over the limit fails whole, topic by topic.
+            response = await c.call(create_topics(MAX_PARTITIONS_PER_REQUEST, 1))
+            assert [t.error_code for t in response.topics] == [44, 44]
+            assert forwarded_keys(h) == []
+            # At the limit it goes to the broker, on the same connection.
+            response = await c.call(create_topics(MAX_PARTITIONS_PER_REQUEST))
+            assert [(t.name, t.error_code, t.num_partitions) for t in response.topics] == [
+                ("t0", 0, MAX_PARTITIONS_PER_REQUEST)]
+            assert forwarded_keys(h) == [CREATE_TOPICS]
+            c.close()
+    run(scenario())
+
+
+def test_partitions_are_counted_as_kafka_counts_them() -> None:
+    topic = CreateTopicsRequest.CreatableTopic
+    assignment = topic.CreatableReplicaAssignment
+    request = CreateTopicsRequest(version=7, timeout_ms=1000, validate_only=False, topics=[
+        topic(name="a", num_partitions=7, replication_factor=1, assignments=[], configs=[]),
+        topic(name="default", num_partitions=-1, replication_factor=-1, assignments=[], configs=[]),
+        topic(name="none", num_partitions=0, replication_factor=1, assignments=[], configs=[]),
+        topic(name="bad", num_partitions=-5, replication_factor=1, assignments=[], configs=[]),
+        topic(name="assigned", num_partitions=-1, replication_factor=-1, configs=[], assignments=[
+            assignment(partition_index=i, broker_ids=[1]) for i in range(3)])])
+    assert partitions_requested(request) == 7 + 1 + 0 + 0 + 3
