@@ -5,7 +5,10 @@
 
 The request frames the proxy would have forwarded (those whose header it reads, in the order the
 sessions were sent, up to the broker's death) are sent again, each on its own connection, to a
-fresh Tansu: first all of them, then halves of the set that killed it, until one frame is left.
+fresh Tansu, and then a Metadata request for all topics: a broker may take a request and die
+only when it next describes what it holds (Tansu 0.6.0 creates a topic of a billion partitions,
+then aborts listing it). First all of them, then halves of the set that killed it, until one
+frame is left.
 That frame's body is then shrunk (cut short, runs of it removed, bytes zeroed) for as long as it
 still kills a fresh Tansu, and the smallest one found is printed in hex with what the request
 schema walker says of it. Each try starts a Tansu of its own, so a run takes minutes, not hours.
@@ -22,12 +25,18 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from kafka.protocol.metadata import MetadataRequest
+
 from devkit.processes import LOOPBACK, ProxyProcess
 from devkit.tansu import Broker
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameDecoder
-from kafka_quota_proxy.protocol.headers import parse_request_header
+from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from tests.fuzz.proxy_fuzz import read_sessions
+
+# Metadata v12 for every topic: what the fuzz's own producer and consumers ask now and then.
+ALL_TOPICS = frame_request(MetadataRequest(version=12, topics=None, allow_auto_topic_creation=False,
+                                           include_topic_authorized_operations=False), 12, 1, "isolate")
 
 
 def forwarded_frames(data: bytes) -> list[bytes]:
@@ -62,16 +71,16 @@ def send(port: int, frames: Sequence[bytes], wait: float = 0.0) -> None:
 
 
 def kills(frames: Sequence[bytes], settle: float = 0.5) -> bool:
-    """Whether sending `frames` to a fresh Tansu makes it exit."""
+    """Whether sending `frames`, then a Metadata request for all topics, to a fresh Tansu makes
+    it exit."""
     broker = Broker().start()
     try:
         send(broker.port, frames)
+        time.sleep(settle)  # it may still be handling the last ones
+        send(broker.port, [ALL_TOPICS], wait=2.0)
         deadline = time.monotonic() + settle
-        while time.monotonic() < deadline:
-            if broker.stopped:
-                return True
+        while time.monotonic() < deadline and not broker.stopped:
             time.sleep(0.02)
-        send(broker.port, [])  # it may still be reading the last ones
         return broker.stopped
     finally:
         broker.stop()
@@ -149,13 +158,14 @@ def describe(frame: bytes) -> str:
 
 
 def through_proxy(frame: bytes) -> tuple[bool, str]:
-    """Whether the broker behind a proxy process survives `frame` sent to the proxy, and what the
-    proxy logged about it."""
+    """Whether the broker behind a proxy process survives `frame`, then a Metadata request for
+    all topics, sent to the proxy; and what the proxy logged about them."""
     broker = Broker().start()
     proxy = ProxyProcess(broker.address, broker.node_id())
     try:
         proxy.start()
         send(proxy.port, [frame], wait=1.0)
+        send(proxy.port, [ALL_TOPICS], wait=2.0)
         time.sleep(0.5)
         return not broker.stopped, proxy.log_text()
     finally:
