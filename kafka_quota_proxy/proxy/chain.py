@@ -1,6 +1,7 @@
 """The stage chains: the request stages in order, then the broker; the response stages in order,
 then the client. Each stage names the API keys it cares about, and the chain for a key is
-computed once, so a frame no stage asked for is forwarded after reading its header alone.
+computed once, so a frame no stage asked for is forwarded after its header is read and its body's
+lengths are checked (WellFormed, the one stage for every key).
 `build_pipeline` is the one place the order is written; adding a concern (a quota type, say)
 adds a stage there and touches nothing else.
 """
