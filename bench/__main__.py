@@ -8,7 +8,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from bench import analytics, producer_ids, quota_cost, tansu_perf, throughput
+from bench import analytics, producer_ids, quota_cost, request_check, tansu_perf, throughput
 
 # In this order: what is timed finely runs first. Spark's JVM outlives spark.stop() until this
 # process exits (2.3 GB resident, a few percent of a core), so analytics comes last.
@@ -19,6 +19,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                    "direct, kafka-quota-proxy, tansu proxy", tansu_perf.run),
     "quota_cost": ("Quota accounting per request: the quota stages with no quota configured and with "
                    "100 tenants' quotas", quota_cost.run),
+    "request_check": ("Request body check (WellFormed): cost per request beside reading its header",
+                      request_check.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
                      producer_ids.run),
     "analytics": ("Usage pipeline: 10M records through analyze (local Spark), replay fast paths, "
