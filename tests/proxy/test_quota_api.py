@@ -164,6 +164,26 @@ def test_a_body_that_does_not_decode_closes_that_connection(caplog: pytest.LogCa
     assert "(ANONYMOUS, bootstrap): malformed: cannot decode CreateTopicsRequest v4: " in warning
 
 
+# --- Found by the whole-proxy fuzz (make fuzz-proxy) --------------------------------------------
+
+def test_a_quota_value_that_is_not_a_number_is_refused_and_audited(caplog: pytest.LogCaptureFixture) -> None:
+    # A fuzzed AlterClientQuotas asked for NaN: refused as Kafka refuses it, but the audit line
+    # formatting the value asked for raised ValueError (int(nan)) out of the stage: a traceback
+    # in the log, "Task exception was never retrieved". inf raised OverflowError the same way.
+    async def scenario() -> None:
+        async with running(Script()) as h:
+            c = await connect(h)
+            for value in (float("nan"), float("inf"), float("-inf")):
+                result = await c.call(alter([([("client-id", "c")], [("producer_byte_rate", value, False)])]))
+                assert [code for code, _ in alter_results(result)] == [42]
+            c.close()
+    with caplog.at_level("INFO", logger="kafka_quota_proxy"):
+        run(scenario())
+    assert "Traceback" not in caplog.text
+    audit = [r.getMessage() for r in caplog.records if r.name == "kafka_quota_proxy.audit"]
+    assert [line.split(" new=")[1].split(" ")[0] for line in audit] == ["nan", "inf", "-inf"]
+
+
 # --- Found by the coverage-guided fuzzer (make fuzz) --------------------------------------------
 
 # crash-9894e27b24cf68b7614f4a2c2d01efe89a6d2d8b (client_quotas target): AlterClientQuotas v1
