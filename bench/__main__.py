@@ -12,6 +12,7 @@ from bench import (
     analytics,
     producer_ids,
     quota_cost,
+    request_check,
     shared_accuracy,
     store_parts,
     store_sync,
@@ -31,6 +32,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                    "100 tenants' quotas", quota_cost.run),
     "shared_accuracy": ("Cluster-wide quotas: 3 and 10 proxy replicas sharing one Valkey hold one "
                         "1 MiB/s producer quota (even, skewed, shifting traffic)", shared_accuracy.run),
+    "request_check": ("Request body check (WellFormed): cost per request beside reading its header",
+                      request_check.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
                      producer_ids.run),
     "store_sync": ("Shared quota store at scale: 100 replicas x 10,000 tenants syncing with one Valkey "

@@ -10,6 +10,7 @@ credentials, only principal names.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
@@ -25,6 +26,8 @@ Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
 def _value(value: float | None) -> str:
     if value is None:
         return "none"
+    if not math.isfinite(value):  # asked for, and refused: int() of it would raise
+        return repr(value)
     return str(int(value)) if value == int(value) and abs(value) < 2**53 else repr(value)
 
 
