@@ -60,6 +60,8 @@ class Result:
     rate: float  # bytes/s over the measured period
     worst_window: float  # bytes in the fullest sliding 11 s window
     errors: int
+    store_errors: int  # failed syncs, all replicas
+    degradations: int  # times a replica went degraded
 
 
 def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
@@ -87,6 +89,10 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
             thread.start()
         for thread in threads:
             thread.join(total + 120)
+        # How often the replicas could not sync in time (each failure leaves the others' bytes
+        # one more interval late; two in a row degrade the replica to its local share).
+        store_errors = sum(int(p.metric("kafka_quota_proxy_store_errors_total")) for p in proxies)
+        degradations = sum(p.log_text().count("failed twice") for p in proxies)
 
     def acked(t: float) -> int:
         return sum(tl.at(t) for tl in timelines)
@@ -97,7 +103,8 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
     while at + SLIDING_S <= total:
         worst = max(worst, acked(at + SLIDING_S) - acked(at))
         at += 0.25
-    return Result(replicas, shape, rate, worst, sum(tl.errors for tl in timelines))
+    return Result(replicas, shape, rate, worst, sum(tl.errors for tl in timelines), store_errors,
+                  degradations)
 
 
 def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
@@ -116,6 +123,8 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
                              f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
                 rows.append((f"{replicas} replicas, {shape}: fullest {SLIDING_S:.0f} s window",
                              f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth"))
+                rows.append((f"{replicas} replicas, {shape}: failed syncs, degradations",
+                             f"{r.store_errors}, {r.degradations}"))
                 if r.errors:
                     rows.append((f"{replicas} replicas, {shape}: delivery errors", str(r.errors)))
     rows.append(("load average at the end", " ".join(f"{x:.1f}" for x in os.getloadavg())))
