@@ -27,10 +27,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from devkit.processes import ProxyProcess
-from devkit.producing import Timeline, produce
+from devkit.producing import Timeline, produce, start_replicas
 from devkit.tansu import Broker
 from devkit.valkey import ValkeyServer
 
@@ -71,14 +68,8 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
               "quotas": [{"client-id": CLIENT_ID, "producer_byte_rate": QUOTA}],
               "store": {"url": valkey.url, "key_prefix": prefix}}
     with ExitStack() as stack:
-        proxies = []
-        for _ in range(replicas):
-            p = ProxyProcess(broker.address, node_id, extra_config=config).start()
-            stack.callback(p.stop)
-            proxies.append(p)
         topic = f"acc-{prefix}"
-        admin = AdminClient({"bootstrap.servers": proxies[0].bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        proxies = start_replicas(stack, broker.address, node_id, replicas, config, topic)
         total = warm_up + seconds
         start = time.monotonic() + 0.5
         timelines = [Timeline() for _ in proxies]

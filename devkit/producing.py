@@ -1,14 +1,18 @@
-"""A librdkafka producer that records what was acknowledged over time, flat out or paced: the
-load of the replica demo and of `bench.shared_accuracy`."""
+"""A librdkafka producer that records what was acknowledged over time, flat out or paced, and
+proxy replicas to run it through: the load of the replica demo and of `bench.shared_accuracy`."""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from devkit.processes import ProxyProcess
 
 RECORD = 1024
 
@@ -69,3 +73,17 @@ def produce(bootstrap: str, topic: str, client_id: str, start: float, seconds: f
     p.purge(in_flight=False)
     p.flush(30)
     out.marks.append((time.monotonic() - start, done[0]))
+
+
+def start_replicas(stack: ExitStack, upstream: str, node_id: int, count: int, config: dict,
+                   topic: str) -> list[ProxyProcess]:
+    """`count` proxy processes with the same config in front of one broker, stopped when `stack`
+    closes, and a one-partition `topic` created through the first."""
+    proxies = []
+    for _ in range(count):
+        p = ProxyProcess(upstream, node_id, extra_config=config).start()
+        stack.callback(p.stop)
+        proxies.append(p)
+    admin = AdminClient({"bootstrap.servers": proxies[0].bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    return proxies

