@@ -40,6 +40,8 @@ YAML_VARIANTS = [  # the quotas: list the config rewrites go round
      {"client-id": "soak-churn-fetch", "consumer_byte_rate": 256 * 1024}],
 ]
 CATCH_UP_SECONDS = 120.0  # how long the readers may take to read the last records
+READERS_IDLE_SECONDS = 5.0  # ... and how long without a new record says they are at the end
+READER_CLIENT_IDS = ("soak-group-reader", "soak-fetch-reader")
 
 
 @dataclass
@@ -138,8 +140,8 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         throttled = ConfluentProducer(proxy.bootstrap, TOPIC, "soak-throttled", 2, None, ledger,
                                       **{"queue.buffering.max.kbytes": 128})
         kafka_python = KafkaPythonProducer(proxy.bootstrap, TOPIC, "soak-kafka-python", 3, 100, ledger)
-        group = Reader(proxy.bootstrap, TOPIC, PARTITIONS, "soak-group-reader", "soak-group")
-        fetch = Reader(proxy.bootstrap, TOPIC, PARTITIONS, "soak-fetch-reader", None)
+        group = Reader(proxy.bootstrap, TOPIC, PARTITIONS, READER_CLIENT_IDS[0], "soak-group")
+        fetch = Reader(proxy.bootstrap, TOPIC, PARTITIONS, READER_CLIENT_IDS[1], None)
         quotas = QuotaChanger(host, int(port), "soak-throttled", THROTTLED_VALUES, plan.quota_every)
         rewriter = ConfigRewriter(proxy.config_path, YAML_VARIANTS, plan.reload_every)
         churn: list[Worker] = [Churn(proxy.bootstrap, TOPIC, ledger, 10), AbruptCloser(host, int(port))]
@@ -191,12 +193,24 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         say(f"{time.monotonic() - start:6.0f} s  producers stopped; waiting for the readers to catch up")
         deadline = time.monotonic() + CATCH_UP_SECONDS
         while time.monotonic() < deadline and not (ledger.acked <= fetch.seen and ledger.acked <= group.seen):
+            # A reader that passed over a record never has them all. The readers are at the end
+            # once both have reached the furthest offsets either has returned and nothing new
+            # has come for a while; one that stalls short of them is waited for, and judged.
+            if (dict(fetch.next_offsets) == dict(group.next_offsets)
+                    and time.monotonic() - max(fetch.last_read, group.last_read) > READERS_IDLE_SECONDS):
+                break
             time.sleep(0.5)
         stuck += stop_all([group, fetch], 30.0)
         say(f"{time.monotonic() - start:6.0f} s  readers stopped; reading the log back")
-        log = read_back(proxy.bootstrap, TOPIC, PARTITIONS)
+        log = read_back(proxy.bootstrap, TOPIC, PARTITIONS,
+                        watch=(ledger.acked - fetch.seen) | (ledger.acked - group.seen))
         say(f"{time.monotonic() - start:6.0f} s  read back: {len(log.seen)} records, partitions at "
             f"{log.positions}")
+        # The live readers are under no quota: none of their fetches got the proxy's throttled,
+        # empty answer (which carries no partition, so no offset a reader could move to).
+        reader_throttles = sum(proxy.metric("kafka_quota_proxy_throttled_requests_total", quota_type=q,
+                                            user="ANONYMOUS", client_id=c)
+                               for q in ("fetch", "request") for c in READER_CLIENT_IDS)
         exit_code = proxy.terminate()
         say(f"{time.monotonic() - start:6.0f} s  proxy stopped (SIGTERM)")
         log_text = proxy.log_text()
@@ -210,15 +224,18 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
                      for p in (steady, throttled) if p.unflushed]
         outcome = Outcome(
             plan, taken, verdict.memory(taken, plan.warm_up, plan.window), verdict.descriptors(taken),
-            verdict.records(ledger.acked, ledger.idempotent, log.seen, log.repeats, group.seen,
-                            group.repeats, fetch.seen),
+            verdict.records(ledger.acked, ledger.idempotent, log.seen, log.repeats, log.where,
+                            verdict.LiveReader(group.seen, group.jumps), group.repeats,
+                            verdict.LiveReader(fetch.seen, fetch.jumps)),
             verdict.log_problems(log_text), dict(verdict.warnings(log_text)), failures,
             counts={"AlterClientQuotas": quotas.changes, "config rewrites": rewriter.rewrites,
                     "config reloads": log_text.count("config reloaded from"),
                     "churn rounds": churn[0].rounds, "abrupt closes": churn[1].rounds,
                     "connections accepted": taken[-1].connections_accepted,
                     "requests": taken[-1].requests, "throttled requests": taken[-1].throttled_requests,
-                    "protocol errors": taken[-1].protocol_errors},
+                    "protocol errors": taken[-1].protocol_errors,
+                    "live readers' throttled fetches": round(reader_throttles),
+                    "group assignments": group.assignments},
             exit_code=exit_code)
         sampling.write_csv(taken, out / "samples.csv")
         sampling.plot(taken, plan.warm_up, out / "soak.png",

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from devkit.soak.quota_admin import QuotaAdmin
+from devkit.soak.verdict import Jump
 
 SIZE = 512  # bytes a record's value
 FLUSH_SECONDS = 60.0  # how long a producer may take to finish what it has in flight at the end
@@ -166,7 +167,8 @@ class KafkaPythonProducer(Worker):
 
 class Reader(Worker):
     """librdkafka consumer: in `group` (subscribed, offsets committed) or, with group None, by
-    plain fetches of every partition from the beginning. Counts each key seen and the repeats."""
+    plain fetches of every partition from the beginning. Counts each key seen and the repeats,
+    and notes every jump forward in the offsets it returns (a record passed over)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, client_id: str,
                  group: str | None) -> None:
@@ -182,6 +184,10 @@ class Reader(Worker):
         self.repeats: list[int] = []
         self.errors: list[str] = []
         self.positions: list[int] = []  # at the end, each partition's position
+        self.next_offsets: dict[int, int] = {}  # by partition, the offset after the last returned
+        self.jumps: list[Jump] = []
+        self.last_read = time.monotonic()
+        self.assignments = 0  # the group's: partitions assigned, the first time and after each rebalance
 
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -190,13 +196,19 @@ class Reader(Worker):
         if self.group is None:
             c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
         else:
-            c.subscribe([self.topic])
+            c.subscribe([self.topic], on_assign=self._assigned)
         while not self.halt.is_set():
             for msg in c.consume(num_messages=1000, timeout=0.2):
                 if msg.error() is not None:
                     if len(self.errors) < 50:
                         self.errors.append(str(msg.error()))
                     continue
+                partition, offset = msg.partition(), msg.offset()
+                expected = self.next_offsets.get(partition, 0)  # both start at the beginning
+                if offset > expected and len(self.jumps) < 1000:
+                    self.jumps.append(Jump(partition, expected, offset))
+                self.next_offsets[partition] = offset + 1
+                self.last_read = time.monotonic()
                 key = int.from_bytes(msg.key(), "big")
                 if key in self.seen:
                     self.repeats.append(key)
@@ -204,6 +216,9 @@ class Reader(Worker):
                     self.seen.add(key)
         self.positions = [tp.offset for tp in sorted(c.position(c.assignment()), key=lambda tp: tp.partition)]
         c.close()
+
+    def _assigned(self, consumer: Any, partitions: Any) -> None:
+        self.assignments += 1
 
 
 @dataclass
@@ -214,17 +229,20 @@ class ReadBack:
     repeats: list[int]
     positions: list[int]
     errors: list[str]
+    where: dict[int, tuple[int, int]]  # the watched keys' partition and offset
 
 
-def read_back(bootstrap: str, topic: str, partitions: int, idle_seconds: float = 3.0) -> ReadBack:
+def read_back(bootstrap: str, topic: str, partitions: int, watch: set[int] | None = None,
+              idle_seconds: float = 3.0) -> ReadBack:
     """Read every partition from the beginning by plain fetches until nothing more has come for
-    `idle_seconds`."""
+    `idle_seconds`; note where each key in `watch` is."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c: Any = Consumer({"bootstrap.servers": bootstrap, "client.id": "soak-read-back",
                        "group.id": "soak-read-back-unused", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out = ReadBack(set(), [], [], [])
+    out = ReadBack(set(), [], [], [], {})
+    watch = watch or set()
     last = time.monotonic()
     while time.monotonic() - last < idle_seconds:
         batch = c.consume(num_messages=1000, timeout=0.5)
@@ -239,6 +257,8 @@ def read_back(bootstrap: str, topic: str, partitions: int, idle_seconds: float =
                 out.repeats.append(key)
             else:
                 out.seen.add(key)
+                if key in watch:
+                    out.where[key] = (msg.partition(), msg.offset())
     out.positions = [tp.offset for tp in sorted(c.position(c.assignment()), key=lambda tp: tp.partition)]
     c.close()
     return out
