@@ -125,8 +125,16 @@ def _quiet_reading(proxy: ProxyProcess, churn: list[Worker], take: Callable[[boo
 def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcome:
     plan = Plan.for_minutes(minutes)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("kafka", "aiokafka"):  # client libraries' own retries and reconnect notes
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # The Python clients' own notes (throttles, request timeouts, retries, reconnects) go to
+    # clients.log, with times, rather than to the terminal.
+    client_log = logging.FileHandler(out / "clients.log", mode="w")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(levelname)s %(message)s"))
+    client_loggers = [logging.getLogger(name) for name in ("kafka", "aiokafka")]
+    before = [(logger.level, logger.propagate) for logger in client_loggers]
+    for logger in client_loggers:
+        logger.setLevel(logging.WARNING)
+        logger.addHandler(client_log)
+        logger.propagate = False
     broker = Broker(log_dir=out).start()
     proxy = ProxyProcess(broker.address, broker.node_id(), extra_config={"quotas": YAML_VARIANTS[0]})
     workers: list[Worker] = []
@@ -215,7 +223,7 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         say(f"{time.monotonic() - start:6.0f} s  proxy stopped (SIGTERM)")
         log_text = proxy.log_text()
         (out / "proxy.log").write_text(log_text)
-        failures = [f"{w.name}: {f}" for w in workers for f in w.failures] + ledger.errors
+        failures = [f"{w.name}: {f}" for w in workers for f in w.failures] + [str(f) for f in ledger.errors]
         failures += [f"{r.name}: {e}" for r in (group, fetch) for e in r.errors]
         failures += [f"read back: {e}" for e in log.errors] + scrape_failures
         say(f"positions by partition: plain fetch {fetch.positions}, group {group.positions}")
@@ -235,7 +243,8 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
                     "requests": taken[-1].requests, "throttled requests": taken[-1].throttled_requests,
                     "protocol errors": taken[-1].protocol_errors,
                     "live readers' throttled fetches": round(reader_throttles),
-                    "group assignments": group.assignments},
+                    "group assignments": group.assignments,
+                    "kafka-python's longest wait for an ack (s)": round(kafka_python.longest_wait)},
             exit_code=exit_code)
         sampling.write_csv(taken, out / "samples.csv")
         sampling.plot(taken, plan.warm_up, out / "soak.png",
@@ -246,3 +255,8 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         stop_all(workers, 5.0)
         proxy.stop()
         broker.stop()
+        for logger, (level, propagate) in zip(client_loggers, before, strict=True):
+            logger.removeHandler(client_log)
+            logger.setLevel(level)
+            logger.propagate = propagate
+        client_log.close()

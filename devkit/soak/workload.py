@@ -35,24 +35,49 @@ def key_producer(key: int) -> int:
     return key >> 56
 
 
+@dataclass(slots=True)
+class Failure:
+    """A delivery error: when it first came (seconds into the run), what it said, and how many
+    records it failed. kafka-python fails every record of an expired batch with one exception
+    object, so a batch is one Failure, not one line per record."""
+
+    at: float
+    what: str
+    records: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.at:.0f} s: {self.what}" + (f" ({self.records} records)" if self.records > 1 else "")
+
+
 class Ledger:
-    """Every record a broker acknowledged, by key, and which producers were idempotent (their
-    records must be in the log exactly once; the others' at least once)."""
+    """Every record a broker acknowledged, by key, which producers were idempotent (their
+    records must be in the log exactly once; the others' at least once), and the delivery errors."""
+
+    MAX_ERRORS = 100
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.start = time.monotonic()
         self.acked: set[int] = set()
         self.idempotent: set[int] = set()
-        self.errors: list[str] = []
+        self.errors: list[Failure] = []
+        self._by_cause: dict[int, tuple[object, Failure]] = {}  # the cause kept, so its id stays its own
 
     def ack(self, producer: int, seq: int) -> None:
         with self.lock:
             self.acked.add((producer << 56) | seq)
 
-    def error(self, what: str) -> None:
+    def error(self, what: str, cause: object | None = None) -> None:
+        """One record's delivery error; records failed by the same `cause` object count as one."""
         with self.lock:
-            if len(self.errors) < 100:
-                self.errors.append(what)
+            known = self._by_cause.get(id(cause)) if cause is not None else None
+            if known is not None and known[0] is cause:
+                known[1].records += 1
+            elif len(self.errors) < self.MAX_ERRORS:
+                failure = Failure(time.monotonic() - self.start, what)
+                self.errors.append(failure)
+                if cause is not None:
+                    self._by_cause[id(cause)] = (cause, failure)
 
     def count(self) -> int:
         return len(self.acked)
@@ -147,6 +172,7 @@ class KafkaPythonProducer(Worker):
         self.payload = os.urandom(SIZE)
         self.producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id,
                                       enable_idempotence=True, acks="all", linger_ms=5)
+        self.longest_wait = 0.0  # seconds from send() to the acknowledgement, the longest seen
 
     def run(self) -> None:
         start, seq = time.monotonic(), 0
@@ -155,14 +181,18 @@ class KafkaPythonProducer(Worker):
                 self.halt.wait(0.01)
                 continue
             future = self.producer.send(self.topic, key=record_key(self.index, seq), value=self.payload)
-            future.add_callback(lambda md, s=seq: self.ledger.ack(self.index, s))
-            future.add_errback(lambda exc: self.ledger.error(f"{self.name}: {exc!r}"))
+            future.add_callback(self._acked, seq, time.monotonic())
+            future.add_errback(lambda exc: self.ledger.error(f"{self.name}: {exc!r}", cause=exc))
             seq += 1
         try:
             self.producer.flush(timeout=FLUSH_SECONDS)
         except Exception as exc:  # kafka-python's KafkaTimeoutError: reported, not raised
             self.fail(f"flush: {exc!r}")
         self.producer.close(timeout=10)
+
+    def _acked(self, seq: int, sent: float, metadata: Any) -> None:
+        self.ledger.ack(self.index, seq)
+        self.longest_wait = max(self.longest_wait, time.monotonic() - sent)
 
 
 class Reader(Worker):
@@ -329,7 +359,7 @@ class Churn(Worker):
             try:
                 f.get(timeout=1)
             except Exception as exc:
-                self.ledger.error(f"churn kafka-python: {exc!r}")
+                self.ledger.error(f"churn kafka-python: {exc!r}", cause=exc)
             else:
                 self.ledger.ack(index, seq)
         p.close(timeout=10)
