@@ -172,18 +172,20 @@ class KafkaPythonProducer(Worker):
         self.payload = os.urandom(SIZE)
         self.producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id,
                                       enable_idempotence=True, acks="all", linger_ms=5)
+        self.sent = 0
         self.longest_wait = 0.0  # seconds from send() to the acknowledgement, the longest seen
 
     def run(self) -> None:
-        start, seq = time.monotonic(), 0
+        start = time.monotonic()
         while not self.halt.is_set():
+            seq = self.sent
             if seq >= self.rate * (time.monotonic() - start):
                 self.halt.wait(0.01)
                 continue
             future = self.producer.send(self.topic, key=record_key(self.index, seq), value=self.payload)
             future.add_callback(self._acked, seq, time.monotonic())
             future.add_errback(lambda exc: self.ledger.error(f"{self.name}: {exc!r}", cause=exc))
-            seq += 1
+            self.sent = seq + 1
         try:
             self.producer.flush(timeout=FLUSH_SECONDS)
         except Exception as exc:  # kafka-python's KafkaTimeoutError: reported, not raised
