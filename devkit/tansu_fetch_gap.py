@@ -1,21 +1,23 @@
-"""Tansu answers a Fetch past a batch it has not stored yet: a reproduction, directly against
+"""Tansu answers a Fetch without a batch it has not stored yet: a reproduction, directly against
 Tansu or through the proxy (docs/reliability.md, "Soak").
 
 Tansu (dynostore, the memory storage included) gives a Produce its offsets by moving the
 partition's high watermark, and stores the batch afterwards. A Fetch in between lists the batches
 below the high watermark that are stored, and returns those from the fetch offset on: when
-another connection's later batch is already stored, the answer starts past the fetch offset.
-A consumer takes the first offset it gets as its position, so the missing batch is passed over,
-although it is in the log a moment later.
+another connection's later batch is already stored, the answer starts past the fetch offset, or
+has a hole where the batch not yet stored belongs. A consumer takes the offsets it gets as its
+position, so the missing batch is passed over, although it is in the log a moment later.
 
 Several idempotent librdkafka producers write to one partition, each on its own connection,
 while two readers follow the partition's end: one sends Fetch requests itself and reports every
-answer whose first batch starts past the offset asked for (Tansu's answer itself), the other is
-a librdkafka consumer (assigned, no group, as the soak's plain-fetch reader) that reports every
-jump in the offsets it returns. At the end each range passed over is read again.
+answer with offsets missing (Tansu's answer itself: a batch starting past the fetch offset, or
+past the end of the batch before it), the other is a librdkafka consumer (assigned, no group, as
+the soak's plain-fetch reader) that reports every jump in the offsets it returns. At the end
+each range passed over is read again.
 
     python -m devkit.tansu_fetch_gap --seconds 60               # directly against Tansu
     python -m devkit.tansu_fetch_gap --seconds 60 --through-proxy
+    python -m devkit.tansu_fetch_gap --debug-log reader.log     # librdkafka's fetch log, jumps marked
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -47,8 +50,8 @@ LAST_OFFSET_DELTA_AT = 23  # in a v2 record batch
 
 @dataclass
 class Found:
-    """What one run saw: Tansu's answers that started past the fetch offset (fetch offset,
-    first base offset, high watermark), the librdkafka reader's jumps (expected, got), and
+    """What one run saw: the offsets missing from Tansu's answers (the first missing, the offset
+    the answer went on at, the high watermark), the librdkafka reader's jumps (expected, got), and
     whether each range passed over was in the log when read again."""
 
     answers: list[tuple[int, int, int]] = field(default_factory=list)
@@ -128,21 +131,37 @@ def _follow_on_the_wire(address: str, stop: threading.Event, found: Found, say: 
     offset = 0
     try:
         while not stop.is_set():
-            got, high_watermark = wire.fetch(offset)
+            asked = offset
+            got, high_watermark = wire.fetch(asked)
             found.fetches += 1
-            if got and got[0][0] > offset:
-                found.answers.append((offset, got[0][0], high_watermark))
-                say(f"Fetch at offset {offset} answered from offset {got[0][0]} "
-                    f"(high watermark {high_watermark})")
-            if got:
-                offset = max(offset, got[-1][0] + got[-1][1])
+            for base, count in got:  # Tansu may send a batch twice in one answer: skipped
+                if base > offset:
+                    found.answers.append((offset, base, high_watermark))
+                    say(f"Fetch at offset {asked}: offsets {offset}..{base - 1} missing from the "
+                        f"answer, which goes on at {base} (high watermark {high_watermark})")
+                offset = max(offset, base + count)
     finally:
         wire.close()
 
 
-def _follow_with_librdkafka(address: str, stop: threading.Event, found: Found, say: Any) -> None:
+class _DebugLog:
+    """librdkafka's log lines (`debug: fetch,consumer`) into a file, where the jumps are marked."""
+
+    def __init__(self, path: Path) -> None:
+        self.file = open(path, "w")  # noqa: SIM115 - closed by the reader that owns it
+        self.lock = threading.Lock()
+
+    def log(self, level: int, message: str, *args: Any) -> None:
+        with self.lock:
+            self.file.write((message % args if args else message) + "\n")
+
+
+def _follow_with_librdkafka(address: str, stop: threading.Event, found: Found, say: Any,
+                            debug_log: Path | None = None) -> None:
+    debug = _DebugLog(debug_log) if debug_log is not None else None
     c: Any = Consumer({"bootstrap.servers": address, "group.id": "fetch-gap-unused",
-                       "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+                       "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                       **({"debug": "fetch,consumer", "logger": debug} if debug else {})})
     c.assign([TopicPartition(TOPIC, 0, 0)])
     expected = 0
     try:
@@ -153,10 +172,14 @@ def _follow_with_librdkafka(address: str, stop: threading.Event, found: Found, s
                 if msg.offset() != expected:
                     found.jumps.append((expected, msg.offset()))
                     say(f"librdkafka reader: offset {expected} expected, {msg.offset()} returned")
+                    if debug is not None:
+                        debug.log(0, f"##### offset {expected} expected, {msg.offset()} returned")
                 expected = msg.offset() + 1
                 found.read += 1
     finally:
         c.close()
+        if debug is not None:
+            debug.file.close()
 
 
 def _present(address: str, first: int, end: int) -> bool:
@@ -188,7 +211,8 @@ def _stack(through_proxy: bool) -> Iterator[tuple[str, str]]:
         broker.stop()
 
 
-def run(seconds: float, producers: int, rate: float, through_proxy: bool, say: Any = print) -> Found:
+def run(seconds: float, producers: int, rate: float, through_proxy: bool, say: Any = print,
+        debug_log: Path | None = None) -> Found:
     found = Found()
     with _stack(through_proxy) as (address, broker_address):
         admin = AdminClient({"bootstrap.servers": address})
@@ -196,8 +220,10 @@ def run(seconds: float, producers: int, rate: float, through_proxy: bool, say: A
         stop, done = threading.Event(), threading.Event()
         writers = [threading.Thread(target=_produce, args=(address, rate, stop), daemon=True)
                    for _ in range(producers)]
-        readers = [threading.Thread(target=f, args=(address, done, found, say), daemon=True)
-                   for f in (_follow_on_the_wire, _follow_with_librdkafka)]
+        readers = [
+            threading.Thread(target=_follow_on_the_wire, args=(address, done, found, say), daemon=True),
+            threading.Thread(target=_follow_with_librdkafka, args=(address, done, found, say, debug_log),
+                             daemon=True)]
         for t in writers + readers:
             t.start()
         time.sleep(seconds)
@@ -221,12 +247,14 @@ def main() -> None:
     parser.add_argument("--producers", type=int, default=6, help="each on its own connection")
     parser.add_argument("--rate", type=float, default=500.0, help="records a second, each producer")
     parser.add_argument("--through-proxy", action="store_true")
+    parser.add_argument("--debug-log", type=Path,
+                        help="write the librdkafka reader's fetch log here, its jumps marked #####")
     args = parser.parse_args()
-    found = run(args.seconds, args.producers, args.rate, args.through_proxy)
+    found = run(args.seconds, args.producers, args.rate, args.through_proxy, debug_log=args.debug_log)
     for first, end, there in found.reread:
         print(f"offsets {first}..{end - 1}: {'in the log' if there else 'NOT in the log'} when read again")
     print(f"{'through the proxy' if args.through_proxy else 'directly against Tansu'}: "
-          f"{len(found.answers)} of {found.fetches} Fetch answers started past the fetch offset; "
+          f"{len(found.answers)} holes in {found.fetches} Fetch answers; "
           f"the librdkafka reader returned {found.read} records and jumped {len(found.jumps)} times")
 
 
