@@ -40,7 +40,6 @@ YAML_VARIANTS = [  # the quotas: list the config rewrites go round
      {"client-id": "soak-churn-fetch", "consumer_byte_rate": 256 * 1024}],
 ]
 CATCH_UP_SECONDS = 120.0  # how long the readers may take to read the last records
-READERS_IDLE_SECONDS = 5.0  # ... and how long without a new record says they are at the end
 READER_CLIENT_IDS = ("soak-group-reader", "soak-fetch-reader")
 
 
@@ -198,22 +197,22 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         lift.close()
         time.sleep(2.0)  # the proxy polls its config once a second
         stuck += stop_all(producers, 120.0)
-        say(f"{time.monotonic() - start:6.0f} s  producers stopped; waiting for the readers to catch up")
-        deadline = time.monotonic() + CATCH_UP_SECONDS
-        while time.monotonic() < deadline and not (ledger.acked <= fetch.seen and ledger.acked <= group.seen):
-            # A reader that passed over a record never has them all. The readers are at the end
-            # once both have reached the furthest offsets either has returned and nothing new
-            # has come for a while; one that stalls short of them is waited for, and judged.
-            if (dict(fetch.next_offsets) == dict(group.next_offsets)
-                    and time.monotonic() - max(fetch.last_read, group.last_read) > READERS_IDLE_SECONDS):
-                break
-            time.sleep(0.5)
-        stuck += stop_all([group, fetch], 30.0)
-        say(f"{time.monotonic() - start:6.0f} s  readers stopped; reading the log back")
+        say(f"{time.monotonic() - start:6.0f} s  producers stopped; reading the log back")
+        # Read back while the live readers go on: its end of each partition is where they must
+        # get to. (A reader that passed over a record never has them all, so waiting for every
+        # acknowledged record would wait out the catch-up for it.) Where the records they have not
+        # returned yet are in the log is noted: those they never return are among them.
         log = read_back(proxy.bootstrap, TOPIC, PARTITIONS,
                         watch=(ledger.acked - fetch.seen) | (ledger.acked - group.seen))
         say(f"{time.monotonic() - start:6.0f} s  read back: {len(log.seen)} records, partitions at "
-            f"{log.positions}")
+            f"{log.positions}; waiting for the readers to get there")
+        deadline = time.monotonic() + CATCH_UP_SECONDS
+        ends = list(enumerate(log.positions))
+        while time.monotonic() < deadline and not all(
+                r.next_offsets.get(partition, 0) >= end for r in (fetch, group) for partition, end in ends):
+            time.sleep(0.5)
+        stuck += stop_all([group, fetch], 30.0)
+        say(f"{time.monotonic() - start:6.0f} s  readers stopped")
         # The live readers are under no quota: none of their fetches got the proxy's throttled,
         # empty answer (which carries no partition, so no offset a reader could move to).
         reader_throttles = sum(proxy.metric("kafka_quota_proxy_throttled_requests_total", quota_type=q,

@@ -218,7 +218,6 @@ class Reader(Worker):
         self.positions: list[int] = []  # at the end, each partition's position
         self.next_offsets: dict[int, int] = {}  # by partition, the offset after the last returned
         self.jumps: list[Jump] = []
-        self.last_read = time.monotonic()
         self.assignments = 0  # the group's: partitions assigned, the first time and after each rebalance
 
     def run(self) -> None:
@@ -240,7 +239,6 @@ class Reader(Worker):
                 if offset > expected and len(self.jumps) < 1000:
                     self.jumps.append(Jump(partition, expected, offset))
                 self.next_offsets[partition] = offset + 1
-                self.last_read = time.monotonic()
                 key = int.from_bytes(msg.key(), "big")
                 if key in self.seen:
                     self.repeats.append(key)
