@@ -40,6 +40,7 @@ YAML_VARIANTS = [  # the quotas: list the config rewrites go round
      {"client-id": "soak-churn-fetch", "consumer_byte_rate": 256 * 1024}],
 ]
 CATCH_UP_SECONDS = 120.0  # how long the readers may take to read the last records
+READER_CLIENT_IDS = ("soak-group-reader", "soak-fetch-reader")
 
 
 @dataclass
@@ -123,8 +124,16 @@ def _quiet_reading(proxy: ProxyProcess, churn: list[Worker], take: Callable[[boo
 def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcome:
     plan = Plan.for_minutes(minutes)
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("kafka", "aiokafka"):  # client libraries' own retries and reconnect notes
-        logging.getLogger(name).setLevel(logging.CRITICAL)
+    # The Python clients' own notes (throttles, request timeouts, retries, reconnects) go to
+    # clients.log, with times, rather than to the terminal.
+    client_log = logging.FileHandler(out / "clients.log", mode="w")
+    client_log.setFormatter(logging.Formatter("%(asctime)s %(threadName)s %(levelname)s %(message)s"))
+    client_loggers = [logging.getLogger(name) for name in ("kafka", "aiokafka")]
+    before = [(logger.level, logger.propagate) for logger in client_loggers]
+    for logger in client_loggers:
+        logger.setLevel(logging.WARNING)
+        logger.addHandler(client_log)
+        logger.propagate = False
     broker = Broker(log_dir=out).start()
     proxy = ProxyProcess(broker.address, broker.node_id(), extra_config={"quotas": YAML_VARIANTS[0]})
     workers: list[Worker] = []
@@ -138,8 +147,8 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         throttled = ConfluentProducer(proxy.bootstrap, TOPIC, "soak-throttled", 2, None, ledger,
                                       **{"queue.buffering.max.kbytes": 128})
         kafka_python = KafkaPythonProducer(proxy.bootstrap, TOPIC, "soak-kafka-python", 3, 100, ledger)
-        group = Reader(proxy.bootstrap, TOPIC, PARTITIONS, "soak-group-reader", "soak-group")
-        fetch = Reader(proxy.bootstrap, TOPIC, PARTITIONS, "soak-fetch-reader", None)
+        group = Reader(proxy.bootstrap, TOPIC, PARTITIONS, READER_CLIENT_IDS[0], "soak-group")
+        fetch = Reader(proxy.bootstrap, TOPIC, PARTITIONS, READER_CLIENT_IDS[1], None)
         quotas = QuotaChanger(host, int(port), "soak-throttled", THROTTLED_VALUES, plan.quota_every)
         rewriter = ConfigRewriter(proxy.config_path, YAML_VARIANTS, plan.reload_every)
         churn: list[Worker] = [Churn(proxy.bootstrap, TOPIC, ledger, 10), AbruptCloser(host, int(port))]
@@ -188,20 +197,32 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         lift.close()
         time.sleep(2.0)  # the proxy polls its config once a second
         stuck += stop_all(producers, 120.0)
-        say(f"{time.monotonic() - start:6.0f} s  producers stopped; waiting for the readers to catch up")
+        say(f"{time.monotonic() - start:6.0f} s  producers stopped; reading the log back")
+        # Read back while the live readers go on: its end of each partition is where they must
+        # get to. (A reader that passed over a record never has them all, so waiting for every
+        # acknowledged record would wait out the catch-up for it.) Where the records they have not
+        # returned yet are in the log is noted: those they never return are among them.
+        log = read_back(proxy.bootstrap, TOPIC, PARTITIONS,
+                        watch=(ledger.acked - fetch.seen) | (ledger.acked - group.seen))
+        say(f"{time.monotonic() - start:6.0f} s  read back: {len(log.seen)} records, partitions at "
+            f"{log.positions}; waiting for the readers to get there")
         deadline = time.monotonic() + CATCH_UP_SECONDS
-        while time.monotonic() < deadline and not (ledger.acked <= fetch.seen and ledger.acked <= group.seen):
+        ends = list(enumerate(log.positions))
+        while time.monotonic() < deadline and not all(
+                r.next_offsets.get(partition, 0) >= end for r in (fetch, group) for partition, end in ends):
             time.sleep(0.5)
         stuck += stop_all([group, fetch], 30.0)
-        say(f"{time.monotonic() - start:6.0f} s  readers stopped; reading the log back")
-        log = read_back(proxy.bootstrap, TOPIC, PARTITIONS)
-        say(f"{time.monotonic() - start:6.0f} s  read back: {len(log.seen)} records, partitions at "
-            f"{log.positions}")
+        say(f"{time.monotonic() - start:6.0f} s  readers stopped")
+        # The live readers are under no quota: none of their fetches got the proxy's throttled,
+        # empty answer (which carries no partition, so no offset a reader could move to).
+        reader_throttles = sum(proxy.metric("kafka_quota_proxy_throttled_requests_total", quota_type=q,
+                                            user="ANONYMOUS", client_id=c)
+                               for q in ("fetch", "request") for c in READER_CLIENT_IDS)
         exit_code = proxy.terminate()
         say(f"{time.monotonic() - start:6.0f} s  proxy stopped (SIGTERM)")
         log_text = proxy.log_text()
         (out / "proxy.log").write_text(log_text)
-        failures = [f"{w.name}: {f}" for w in workers for f in w.failures] + ledger.errors
+        failures = [f"{w.name}: {f}" for w in workers for f in w.failures] + [str(f) for f in ledger.errors]
         failures += [f"{r.name}: {e}" for r in (group, fetch) for e in r.errors]
         failures += [f"read back: {e}" for e in log.errors] + scrape_failures
         say(f"positions by partition: plain fetch {fetch.positions}, group {group.positions}")
@@ -210,15 +231,19 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
                      for p in (steady, throttled) if p.unflushed]
         outcome = Outcome(
             plan, taken, verdict.memory(taken, plan.warm_up, plan.window), verdict.descriptors(taken),
-            verdict.records(ledger.acked, ledger.idempotent, log.seen, log.repeats, group.seen,
-                            group.repeats, fetch.seen),
+            verdict.records(ledger.acked, ledger.idempotent, log.seen, log.repeats, log.where,
+                            verdict.LiveReader(group.seen, group.jumps), group.repeats,
+                            verdict.LiveReader(fetch.seen, fetch.jumps)),
             verdict.log_problems(log_text), dict(verdict.warnings(log_text)), failures,
             counts={"AlterClientQuotas": quotas.changes, "config rewrites": rewriter.rewrites,
                     "config reloads": log_text.count("config reloaded from"),
                     "churn rounds": churn[0].rounds, "abrupt closes": churn[1].rounds,
                     "connections accepted": taken[-1].connections_accepted,
                     "requests": taken[-1].requests, "throttled requests": taken[-1].throttled_requests,
-                    "protocol errors": taken[-1].protocol_errors},
+                    "protocol errors": taken[-1].protocol_errors,
+                    "live readers' throttled fetches": round(reader_throttles),
+                    "group assignments": group.assignments,
+                    "kafka-python's longest wait for an ack (s)": round(kafka_python.longest_wait)},
             exit_code=exit_code)
         sampling.write_csv(taken, out / "samples.csv")
         sampling.plot(taken, plan.warm_up, out / "soak.png",
@@ -229,3 +254,8 @@ def run(minutes: float, out: Path, say: Callable[[str], None] = print) -> Outcom
         stop_all(workers, 5.0)
         proxy.stop()
         broker.stop()
+        for logger, (level, propagate) in zip(client_loggers, before, strict=True):
+            logger.removeHandler(client_log)
+            logger.setLevel(level)
+            logger.propagate = propagate
+        client_log.close()

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from devkit.soak.quota_admin import QuotaAdmin
+from devkit.soak.verdict import Jump
 
 SIZE = 512  # bytes a record's value
 FLUSH_SECONDS = 60.0  # how long a producer may take to finish what it has in flight at the end
@@ -34,24 +35,49 @@ def key_producer(key: int) -> int:
     return key >> 56
 
 
+@dataclass(slots=True)
+class Failure:
+    """A delivery error: when it first came (seconds into the run), what it said, and how many
+    records it failed. kafka-python fails every record of an expired batch with one exception
+    object, so a batch is one Failure, not one line per record."""
+
+    at: float
+    what: str
+    records: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.at:.0f} s: {self.what}" + (f" ({self.records} records)" if self.records > 1 else "")
+
+
 class Ledger:
-    """Every record a broker acknowledged, by key, and which producers were idempotent (their
-    records must be in the log exactly once; the others' at least once)."""
+    """Every record a broker acknowledged, by key, which producers were idempotent (their
+    records must be in the log exactly once; the others' at least once), and the delivery errors."""
+
+    MAX_ERRORS = 100
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.start = time.monotonic()
         self.acked: set[int] = set()
         self.idempotent: set[int] = set()
-        self.errors: list[str] = []
+        self.errors: list[Failure] = []
+        self._by_cause: dict[int, tuple[object, Failure]] = {}  # the cause kept, so its id stays its own
 
     def ack(self, producer: int, seq: int) -> None:
         with self.lock:
             self.acked.add((producer << 56) | seq)
 
-    def error(self, what: str) -> None:
+    def error(self, what: str, cause: object | None = None) -> None:
+        """One record's delivery error; records failed by the same `cause` object count as one."""
         with self.lock:
-            if len(self.errors) < 100:
-                self.errors.append(what)
+            known = self._by_cause.get(id(cause)) if cause is not None else None
+            if known is not None and known[0] is cause:
+                known[1].records += 1
+            elif len(self.errors) < self.MAX_ERRORS:
+                failure = Failure(time.monotonic() - self.start, what)
+                self.errors.append(failure)
+                if cause is not None:
+                    self._by_cause[id(cause)] = (cause, failure)
 
     def count(self) -> int:
         return len(self.acked)
@@ -146,27 +172,35 @@ class KafkaPythonProducer(Worker):
         self.payload = os.urandom(SIZE)
         self.producer = KafkaProducer(bootstrap_servers=bootstrap, client_id=client_id,
                                       enable_idempotence=True, acks="all", linger_ms=5)
+        self.sent = 0
+        self.longest_wait = 0.0  # seconds from send() to the acknowledgement, the longest seen
 
     def run(self) -> None:
-        start, seq = time.monotonic(), 0
+        start = time.monotonic()
         while not self.halt.is_set():
+            seq = self.sent
             if seq >= self.rate * (time.monotonic() - start):
                 self.halt.wait(0.01)
                 continue
             future = self.producer.send(self.topic, key=record_key(self.index, seq), value=self.payload)
-            future.add_callback(lambda md, s=seq: self.ledger.ack(self.index, s))
-            future.add_errback(lambda exc: self.ledger.error(f"{self.name}: {exc!r}"))
-            seq += 1
+            future.add_callback(self._acked, seq, time.monotonic())
+            future.add_errback(lambda exc: self.ledger.error(f"{self.name}: {exc!r}", cause=exc))
+            self.sent = seq + 1
         try:
             self.producer.flush(timeout=FLUSH_SECONDS)
         except Exception as exc:  # kafka-python's KafkaTimeoutError: reported, not raised
             self.fail(f"flush: {exc!r}")
         self.producer.close(timeout=10)
 
+    def _acked(self, seq: int, sent: float, metadata: Any) -> None:
+        self.ledger.ack(self.index, seq)
+        self.longest_wait = max(self.longest_wait, time.monotonic() - sent)
+
 
 class Reader(Worker):
     """librdkafka consumer: in `group` (subscribed, offsets committed) or, with group None, by
-    plain fetches of every partition from the beginning. Counts each key seen and the repeats."""
+    plain fetches of every partition from the beginning. Counts each key seen and the repeats,
+    and notes every jump forward in the offsets it returns (a record passed over)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, client_id: str,
                  group: str | None) -> None:
@@ -182,6 +216,9 @@ class Reader(Worker):
         self.repeats: list[int] = []
         self.errors: list[str] = []
         self.positions: list[int] = []  # at the end, each partition's position
+        self.next_offsets: dict[int, int] = {}  # by partition, the offset after the last returned
+        self.jumps: list[Jump] = []
+        self.assignments = 0  # the group's: partitions assigned, the first time and after each rebalance
 
     def run(self) -> None:
         from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -190,13 +227,18 @@ class Reader(Worker):
         if self.group is None:
             c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
         else:
-            c.subscribe([self.topic])
+            c.subscribe([self.topic], on_assign=self._assigned)
         while not self.halt.is_set():
             for msg in c.consume(num_messages=1000, timeout=0.2):
                 if msg.error() is not None:
                     if len(self.errors) < 50:
                         self.errors.append(str(msg.error()))
                     continue
+                partition, offset = msg.partition(), msg.offset()
+                expected = self.next_offsets.get(partition, 0)  # both start at the beginning
+                if offset > expected and len(self.jumps) < 1000:
+                    self.jumps.append(Jump(partition, expected, offset))
+                self.next_offsets[partition] = offset + 1
                 key = int.from_bytes(msg.key(), "big")
                 if key in self.seen:
                     self.repeats.append(key)
@@ -204,6 +246,9 @@ class Reader(Worker):
                     self.seen.add(key)
         self.positions = [tp.offset for tp in sorted(c.position(c.assignment()), key=lambda tp: tp.partition)]
         c.close()
+
+    def _assigned(self, consumer: Any, partitions: Any) -> None:
+        self.assignments += 1
 
 
 @dataclass
@@ -214,17 +259,20 @@ class ReadBack:
     repeats: list[int]
     positions: list[int]
     errors: list[str]
+    where: dict[int, tuple[int, int]]  # the watched keys' partition and offset
 
 
-def read_back(bootstrap: str, topic: str, partitions: int, idle_seconds: float = 3.0) -> ReadBack:
+def read_back(bootstrap: str, topic: str, partitions: int, watch: set[int] | None = None,
+              idle_seconds: float = 3.0) -> ReadBack:
     """Read every partition from the beginning by plain fetches until nothing more has come for
-    `idle_seconds`."""
+    `idle_seconds`; note where each key in `watch` is."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     c: Any = Consumer({"bootstrap.servers": bootstrap, "client.id": "soak-read-back",
                        "group.id": "soak-read-back-unused", "enable.auto.commit": False})
     c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    out = ReadBack(set(), [], [], [])
+    out = ReadBack(set(), [], [], [], {})
+    watch = watch or set()
     last = time.monotonic()
     while time.monotonic() - last < idle_seconds:
         batch = c.consume(num_messages=1000, timeout=0.5)
@@ -239,6 +287,8 @@ def read_back(bootstrap: str, topic: str, partitions: int, idle_seconds: float =
                 out.repeats.append(key)
             else:
                 out.seen.add(key)
+                if key in watch:
+                    out.where[key] = (msg.partition(), msg.offset())
     out.positions = [tp.offset for tp in sorted(c.position(c.assignment()), key=lambda tp: tp.partition)]
     c.close()
     return out
@@ -309,7 +359,7 @@ class Churn(Worker):
             try:
                 f.get(timeout=1)
             except Exception as exc:
-                self.ledger.error(f"churn kafka-python: {exc!r}")
+                self.ledger.error(f"churn kafka-python: {exc!r}", cause=exc)
             else:
                 self.ledger.ack(index, seq)
         p.close(timeout=10)

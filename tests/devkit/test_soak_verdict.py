@@ -79,23 +79,56 @@ def test_warnings_count_alike_lines_together() -> None:
     assert verdict.warnings(LOG) == {"kqp.client: closing connection from N.N.N.N:N: truncated: N bytes": 2}
 
 
-def test_records_exactly_once_for_idempotent_producers_only() -> None:
-    def key(producer: int, seq: int) -> int:
-        return (producer << 56) | seq
+def key(producer: int, seq: int) -> int:
+    return (producer << 56) | seq
 
+
+def reader(seen: set[int], *jumps: verdict.Jump) -> verdict.LiveReader:
+    return verdict.LiveReader(seen, list(jumps))
+
+
+def test_records_exactly_once_for_idempotent_producers_only() -> None:
     acked = {key(1, 0), key(1, 1), key(12, 0), key(12, 1)}
-    clean = verdict.records(acked, {1}, acked | {key(1, 2)}, [], acked, [])
+    clean = verdict.records(acked, {1}, acked | {key(1, 2)}, [], {}, reader(acked), [], reader(acked))
     assert clean.ok and clean.acked == 4
-    twice = verdict.records(acked, {1}, acked, [key(12, 0), key(12, 0)], acked, [key(1, 0)])
+    twice = verdict.records(acked, {1}, acked, [key(12, 0), key(12, 0)], {}, reader(acked), [key(1, 0)],
+                            reader(acked))
     assert twice.ok and (twice.duplicated_other, twice.group_repeats) == (1, 1)
-    dup = verdict.records(acked, {1}, acked, [key(1, 1)], acked, [])
+    dup = verdict.records(acked, {1}, acked, [key(1, 1)], {}, reader(acked), [], reader(acked))
     assert not dup.ok and dup.duplicated_idempotent == 1
-    lost = verdict.records(acked, {1}, acked - {key(12, 1)}, [], acked - {key(1, 0)}, [])
-    assert not lost.ok and (lost.missing_fetch, lost.missing_group) == (1, 1)
-    assert lost.examples == ["1/0 (log: True, group: False, live reader: True)",
-                             "12/1 (log: False, group: True, live reader: False)"]
-    skipped = verdict.records(acked, {1}, acked, [], acked, [], live_seen=acked - {key(1, 1)})
-    assert skipped.ok and skipped.live_skipped == 1  # reported; the log read back at the end has it
+
+
+def test_records_missing_from_the_log_fail() -> None:
+    acked = {key(1, 0), key(12, 1)}
+    lost = verdict.records(acked, {1}, acked - {key(12, 1)}, [], {}, reader(acked), [], reader(acked))
+    assert not lost.ok and lost.missing_log == 1 and lost.examples == ["12/1"]
+    # A record not in the log is that, and not also one the readers passed over.
+    assert (lost.group.unexplained, lost.live.unexplained) == (0, 0)
+
+
+def test_records_a_reader_passed_over_in_a_jump_of_its_offsets_are_reported_not_failed() -> None:
+    acked = {key(1, s) for s in range(6)}
+    where = {key(1, s): (0, 10 + s) for s in range(6)}  # partition 0, offsets 10..15
+    jumped = reader(acked - {key(1, 2), key(1, 3)}, verdict.Jump(0, 12, 14))
+    r = verdict.records(acked, {1}, acked, [], where, reader(acked), [], jumped)
+    assert r.ok
+    assert (r.live.jumped, r.live.unexplained, r.group.jumped) == (2, 0, 0)
+    assert r.jumps == ["plain-fetch reader: partition 0, offsets 12..13"]
+    # The group alike.
+    g = verdict.records(acked, {1}, acked, [], where, jumped, [], reader(acked))
+    assert g.ok and (g.group.jumped, g.group.unexplained) == (2, 0)
+
+
+def test_records_a_reader_did_not_return_without_a_jump_fail() -> None:
+    acked = {key(1, s) for s in range(6)}
+    where = {key(1, s): (0, 10 + s) for s in range(6)}
+    # A jump on another partition, or over other offsets, does not explain it.
+    elsewhere = reader(acked - {key(1, 2)}, verdict.Jump(1, 12, 13), verdict.Jump(0, 13, 14))
+    r = verdict.records(acked, {1}, acked, [], where, reader(acked), [], elsewhere)
+    assert not r.ok and (r.live.jumped, r.live.unexplained) == (0, 1)
+    assert r.live.examples == ["1/2 (partition 0 offset 12)"]
+    never = verdict.records(acked, {1}, acked, [], {}, reader(acked - {key(1, 5)}), [], reader(acked))
+    assert not never.ok and never.group.examples == ["1/5 (place unknown)"]
 
 
 def test_samples_survive_the_csv(tmp_path: Path) -> None:

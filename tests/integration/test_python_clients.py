@@ -108,3 +108,37 @@ def test_aiokafka_produce_consume(proxy: ProxyProcess, topic_name: str) -> None:
         return values
 
     assert asyncio.run(scenario()) == [b"a%d" % i for i in range(200)]
+
+
+def test_kafka_python_fails_an_expired_batch_with_one_exception_on_each_record() -> None:
+    """What the soak's report of "30 batches" expired was: one batch. kafka-python calls every
+    record's errback with the batch's one exception, so one batch of 30 is 30 alike lines; the
+    soak's ledger now counts records failed by one exception as one failure."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import NewTopic as ConfluentNewTopic
+
+    from devkit.tansu import Broker
+
+    broker = Broker().start()
+    proxy = ProxyProcess(broker.address, broker.node_id()).start()
+    try:
+        admin = AdminClient({"bootstrap.servers": proxy.bootstrap})
+        admin.create_topics([ConfluentNewTopic("expire", 1, 1)])["expire"].result(30)
+        producer = KafkaProducer(bootstrap_servers=proxy.bootstrap, enable_idempotence=True, acks="all",
+                                 linger_ms=200, request_timeout_ms=1000, delivery_timeout_ms=3000)
+        producer.send("expire", b"first").get(timeout=10)
+        broker.pause()  # nothing is answered from here on
+        failed: list[Exception] = []
+        for i in range(30):
+            producer.send("expire", key=b"%d" % i, value=b"v" * 512).add_errback(failed.append)
+        deadline = time.monotonic() + 15
+        while len(failed) < 30 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        broker.resume()
+        producer.close(timeout=5)
+    finally:
+        proxy.stop()
+        broker.stop()
+    assert len(failed) == 30
+    assert len({id(exc) for exc in failed}) == 1
+    assert "Expiring 30 record(s) for TopicPartition(topic='expire', partition=0)" in str(failed[0])

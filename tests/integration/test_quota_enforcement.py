@@ -208,3 +208,51 @@ def test_yaml_change_changes_a_running_producer_within_2s(quota_proxy: ProxyProc
     assert before >= 0.9 * 2 * MiB
     assert after <= 0.25 * before
     assert "config reloaded" in quota_proxy.log_text()
+
+
+def test_a_consumer_held_by_throttled_fetches_reads_every_record_once_in_order(
+        broker: Broker, broker_node_id: int, topic_name: str) -> None:
+    """A fetch over quota gets Kafka's throttled answer: no partitions at all, so no high
+    watermark, log start offset or error a consumer could move its position by. A librdkafka
+    consumer by plain fetches (the soak's live reader) throttled again and again returns every
+    offset once, in order, with no jump (docs/reliability.md, "Soak")."""
+    import json
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    _topic(broker.address, topic_name)
+    records = 1500  # 1.5 MiB against 64 KiB/s: about 10 s after the first window's allowance
+    # One connection, so the records are stored in order (docs/reliability.md, "Soak"), in
+    # batches of 16 KiB. Tansu returns a first batch whole whatever max_bytes says, and one larger
+    # than the quota allows over a whole window ((N-1) * W * Q, 640 KiB here) is answered empty
+    # every time: with librdkafka's default batches (967 records in the first) nothing is read.
+    p = Producer({"bootstrap.servers": broker.address, "linger.ms": 20, "batch.size": 16 * 1024})
+    for i in range(records):
+        p.produce(topic_name, b"%07d" % i + b"." * 1017)
+    assert p.flush(60) == 0
+    proxy = ProxyProcess(broker.address, broker_node_id, extra_config={
+        "quotas": [{"client-id": "held-reader", "consumer_byte_rate": 64 * 1024}]}).start()
+    throttles: list[int] = []
+    try:
+        c = Consumer({"bootstrap.servers": proxy.bootstrap, "client.id": "held-reader",
+                      "group.id": "held-reader-unused", "enable.auto.commit": False,
+                      "statistics.interval.ms": 500,
+                      "stats_cb": lambda s: throttles.extend(
+                          b["throttle"]["max"] for b in json.loads(s)["brokers"].values())})
+        c.assign([TopicPartition(topic_name, 0, 0)])
+        offsets: list[int] = []
+        values: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(offsets) < records and time.monotonic() < deadline:
+            for msg in c.consume(500, 0.2):
+                assert msg.error() is None, msg.error()
+                offsets.append(msg.offset())
+                values.append(int(msg.value()[:7]))
+        c.close()
+        throttled = proxy.metric("kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
+                                 user="ANONYMOUS", client_id="held-reader")
+    finally:
+        proxy.stop()
+    assert offsets == list(range(records))
+    assert values == list(range(records))
+    assert throttled >= 3 and max(throttles) > 0  # throttled again and again, and librdkafka saw it
