@@ -8,7 +8,7 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from bench import analytics, producer_ids, quota_cost, tansu_perf, throughput
+from bench import analytics, framing, producer_ids, quota_cost, tansu_perf, throughput
 
 # In this order: what is timed finely runs first. Spark's JVM outlives spark.stop() until this
 # process exits (2.3 GB resident, a few percent of a core), so analytics comes last.
@@ -17,6 +17,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                    "tansu proxy", throughput.run),
     "tansu_perf": ("Produce throughput from Tansu's own load generator (tansu perf produce, acks=0): "
                    "direct, kafka-quota-proxy, tansu proxy", tansu_perf.run),
+    "framing": ("Cutting frames out of a client's bytes (FrameDecoder): cost per frame, peak held for "
+                "one large frame", framing.run),
     "quota_cost": ("Quota accounting per request: the quota stages with no quota configured and with "
                    "100 tenants' quotas", quota_cost.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
