@@ -104,6 +104,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         # A PROXY header read before the TLS handshake (ProxyHeaderThenTls), not in the stream.
         self.proxied: ProxyHeader | None = None
         self.admitted = False  # counted in the proxy's per-IP connection counts
+        self.io_count = 0  # reads from and writes to the client, for the idle sweep (idle.py)
 
     # -- client side ---------------------------------------------------------------------------
 
@@ -175,6 +176,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.close()
 
     def data_received(self, data: bytes) -> None:
+        self.io_count += 1
         if self._closed or self._lingering:
             return
         if self._proxy_header is not None:
@@ -401,6 +403,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     def _write(self, data: Response) -> None:
         if self._closed or self._lingering or self.transport is None:
             return
+        self.io_count += 1
         corked = self._corked
         if corked is not None:
             if isinstance(data, list):
@@ -483,6 +486,40 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.close()
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def io_mark(self) -> tuple[int, int, int]:
+        """What moves when a byte is read from or written to the client: the reads and writes,
+        the write buffer as the client takes from it, and a splice's progress."""
+        transport = self.transport
+        return (self.io_count, transport.get_write_buffer_size() if transport is not None else 0,
+                self._splice.moved if self._splice is not None else 0)
+
+    def owed(self) -> bool:
+        """Whether the connection waits on the proxy or the broker rather than on its client, and
+        so is not idle however long that takes: its broker connection is being made; it is
+        draining or closing (timers of their own end those); requests it sent are held by the
+        proxy (a throttle, an authentication being decided) or are at the broker while the
+        client has read everything sent to it. A client that stops reading is owed nothing."""
+        if self.upstream is None or self._draining or self._lingering or self._closed or self._held:
+            return True
+        gate = self.gate
+        if gate is not None and ("throttle" in gate.reasons or "authenticating" in gate.reasons):
+            return True
+        transport = self.transport
+        return bool(self._awaiting) and (transport is None or not transport.get_write_buffer_size())
+
+    def close_idle(self, max_idle: float) -> None:
+        """Close a connection found idle for `max_idle` seconds (idle.py)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        log.debug("closing connection from %s: no byte read or written for %.0f ms "
+                  "(connections_max_idle_ms)", self.info.describe(), max_idle * 1000)
+        self.proxy.metrics.idle_connections_closed.inc()
+        if transport.get_write_buffer_size():
+            transport.abort()  # a client that stopped reading: what is buffered would never go
+        else:
+            self.close()
 
     def begin_drain(self) -> None:
         """Stop reading new requests; close once every in-flight request has its response."""
