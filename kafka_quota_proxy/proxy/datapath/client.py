@@ -159,7 +159,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 self.proxy.metrics.upstream_connect_failures.inc()
                 errors.append(f"{target}: {exc or 'timed out'}")
                 continue
-            if self._closed:
+            if self._closed and not self._early:
                 upstream.transport.close()  # type: ignore[union-attr]
                 return
             self.upstream = upstream
@@ -168,7 +168,11 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.gate.resume("connecting")
             early, self._early = self._early, []
             for data in early:
-                self.data_received(data)
+                self._receive(data)
+            if self._closed:
+                # The client left meanwhile: what it sent still reaches the broker, as it would
+                # had it left a moment later.
+                upstream.linger()
             return
         if not self._closed:
             log.warning("closing connection from %s: no broker reachable for %s (%s)",
@@ -183,10 +187,16 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._receive_proxy_header(data)
             return
         if self.upstream is None:
-            # Reading is paused until the broker connection is up, but a loop may still hand
-            # over what it had already read.
+            # Reading is paused until the broker connection is up, but uvloop starts reading
+            # after connection_made whatever was asked there: keep this read and pause again.
             self._early.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()
             return
+        self._receive(data)
+
+    def _receive(self, data: bytes) -> None:
+        """Requests out of bytes read from the client, handled in turn unless held."""
         try:
             frames = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -330,8 +340,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             # Not abort(): requests already read (acks=0 records among them) still reach the
             # broker, and it gets to handle them (UpstreamConnection.linger).
             self.upstream.linger()
-        elif self._connect_task is not None and not self._connect_task.done():
-            self._connect_task.cancel()
+        elif self._connect_task is not None and not self._connect_task.done() and not self._early:
+            self._connect_task.cancel()  # else it forwards what was read once connected
         if self._unmute is not None:
             self._unmute.cancel()
         if self._header_timer is not None:
