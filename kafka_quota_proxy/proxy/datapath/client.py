@@ -18,6 +18,7 @@ answer that comes for it is passed on in its place, and one that never comes hol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -351,6 +352,16 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self.proxy.connection_closed(self)
 
     # -- broker side -----------------------------------------------------------------------------
+
+    def answered_late(self, head: bytes | memoryview) -> None:
+        """A response (or its head) the broker sent after the client left: only counted, so that
+        the lingering broker connection knows what it is still owed (upstream.py, `linger`)."""
+        with contextlib.suppress(ProtocolError):
+            self._answered(head)
+
+    def owed_by_broker(self) -> tuple[int, int]:
+        """Forwarded requests still to be answered, and acks=0 Produce requests that may be."""
+        return len(self._awaiting), len(self._unasked)
 
     def on_response(self, frame: memoryview) -> None:
         """Called by the upstream connection for each complete response frame."""
