@@ -300,11 +300,11 @@ class TlsHalfCloser:
 
 @pytest.mark.parametrize("client_tls", [False, True], ids=["plain-FIN", "tls-close_notify"])
 @pytest.mark.parametrize("loop", LOOPS)
-def test_a_client_that_half_closes_is_answered_no_more_as_by_kafka(loop: str, client_tls: bool,
+def test_a_client_that_half_closes_is_answered_no_more(loop: str, client_tls: bool,
                                                                    pki: Pki) -> None:
     """A client that ends its side (TCP FIN, or TLS close_notify) with answers still due and
-    keeps reading: a Kafka broker closes such a connection, and so does the proxy. The requests
-    it read reach the broker; their answers are dropped; the client reads the end at once."""
+    keeps reading: the proxy closes the connection, as on any end of stream. The requests it
+    read reach the broker; their answers are dropped; the client reads the end at once."""
     async def slow(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes:
         await asyncio.sleep(0.3)
         return list_groups_v0_body()
