@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
+.PHONY: demo demo-replicas check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
         load fuzz fuzz-proxy fuzz-properties
 
 $(STAMP): pyproject.toml
@@ -19,6 +19,10 @@ $(STAMP): pyproject.toml
 # nothing running.
 demo: $(STAMP)
 	$(BIN)/python -m devkit.demo
+
+# Cluster-wide quotas, the problem and the fix: 2 proxy replicas without and with a shared Valkey.
+demo-replicas: $(STAMP)
+	$(BIN)/python -m devkit.demo --replicas 2
 
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 # The unit and in-process tests: no Tansu, no Spark, nothing that takes more than a few seconds.
@@ -99,9 +103,10 @@ faults-broker: $(STAMP)
 faults-proxy: $(STAMP)
 	$(BIN)/python -m devkit.proxy_faults
 
-# 10,000 connections held (or as many as the descriptor limit allows), a flood of 2,000 new
-# connections/s against the connection quotas, slow and non-reading clients; printed as JSON
-# lines, about 5 minutes (docs/reliability.md, "Load and hostile clients").
+# 10,000 connections held through a proxy with --workers 2 (each worker under its own
+# descriptor limit), a flood of 2,000 new connections/s from 2 processes against the connection
+# quotas, slow and non-reading clients; printed as JSON lines, about 5 minutes
+# (docs/reliability.md, "Load and hostile clients").
 load: $(STAMP)
 	$(BIN)/python -m bench.connections all
 

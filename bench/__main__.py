@@ -8,7 +8,19 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
-from bench import analytics, framing, producer_ids, quota_cost, tansu_perf, throughput
+from bench import (
+    analytics,
+    framing,
+    producer_ids,
+    quota_cost,
+    request_check,
+    shared_accuracy,
+    store_parts,
+    store_sync,
+    tansu_perf,
+    throughput,
+    workers,
+)
 
 # In this order: what is timed finely runs first. Spark's JVM outlives spark.stop() until this
 # process exits (2.3 GB resident, a few percent of a core), so analytics comes last.
@@ -21,8 +33,19 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                 "one large frame", framing.run),
     "quota_cost": ("Quota accounting per request: the quota stages with no quota configured and with "
                    "100 tenants' quotas", quota_cost.run),
+    "shared_accuracy": ("Cluster-wide quotas: 3 and 10 proxy replicas sharing one Valkey hold one "
+                        "1 MiB/s producer quota (even, skewed, shifting traffic)", shared_accuracy.run),
+    "request_check": ("Request body check (WellFormed): cost per request beside reading its header",
+                      request_check.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",
                      producer_ids.run),
+    "store_sync": ("Shared quota store at scale: 100 replicas x 10,000 tenants syncing with one Valkey "
+                   "every 100 ms (simulated), the store's CPU per sync and per entity update",
+                   store_sync.run),
+    "store_parts": ("Shared quota store parts: servers (start, script cost, Cluster) and clients "
+                    "(redis-py + hiredis, valkey-glide: latency, CPU, faults)", store_parts.run),
+    "workers": ("--workers 1 against --workers 2 on CPU-bound workloads, in front of a broker that "
+                "answers from a cache (bench.sink_broker)", workers.run),
     "analytics": ("Usage pipeline: 10M records through analyze (local Spark), replay fast paths, "
                   "driver memory", analytics.run),
 }

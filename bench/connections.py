@@ -1,15 +1,20 @@
-"""Load and hostile clients against one kafka-quota-proxy process in front of one Tansu
+"""Load and hostile clients against one kafka-quota-proxy in front of one Tansu
 (docs/reliability.md, "Load and hostile clients"). Measured and printed; the short versions in
 tests/bench/test_connections.py assert what must hold (all served, limits kept, memory bounded).
 
-    python -m bench.connections hold   [--connections 10000] [--active 20] [--seconds 10]
+    python -m bench.connections hold   [--connections 10000] [--active 20] [--seconds 10] [--workers 2]
     python -m bench.connections flood  [--rate 2000] [--seconds 10] [--limit-rate 200] [--max-per-ip 500]
+                                       [--generators 4]
     python -m bench.connections slow   [--slowloris 1000] [--max-frame-bytes 8388608]
     python -m bench.connections all    (what `make load` runs)
 
-The clients are asyncio raw sockets speaking the Kafka protocol with bench.wire's frames, all in
-this one process; the proxy's and Tansu's memory and descriptors are read with psutil. Each run
-prints one JSON object per measurement.
+`hold` runs the proxy with `--workers 2` by default: each worker then holds about half of the
+connections, two descriptors each, under the per-process limit (20,000 here, which one process
+could not fit 10,000 pairs under). `flood` and `slow` run one process (`--workers 1`), whose
+bounds they measure. The clients are asyncio raw sockets speaking the Kafka protocol with
+bench.wire's frames, all in this one process, but the flood, offered from `--generators`
+processes of their own. The proxy's (summed over its workers) and Tansu's memory and descriptors
+are read with psutil. Each run prints one JSON object per measurement.
 """
 
 from __future__ import annotations
@@ -71,11 +76,12 @@ def metadata_frame(client_id: str) -> bytes:
 
 @dataclass
 class Stack:
-    """Tansu and one proxy process in front of it, with the topic the clients use."""
+    """Tansu and one proxy in front of it (one process, or a supervisor and its workers), with
+    the topic the clients use."""
 
     broker: Broker
     proxy: ProxyProcess
-    proxy_ps: psutil.Process = field(init=False)
+    proxy_ps: psutil.Process = field(init=False)  # the process started: the proxy or its supervisor
     broker_ps: psutil.Process = field(init=False)
 
     def __post_init__(self) -> None:
@@ -83,15 +89,30 @@ class Stack:
         self.proxy_ps = psutil.Process(self.proxy.proc.pid)
         self.broker_ps = psutil.Process(self.broker.proc.pid)
 
+    def serving(self) -> list[psutil.Process]:
+        """The processes that hold client connections: the proxy, or its workers."""
+        if self.proxy.workers == 1:
+            return [self.proxy_ps]
+        return [psutil.Process(pid) for pid in self.proxy.worker_pids()]
+
     def sample(self) -> dict[str, Any]:
-        return {"proxy_rss_mib": round(self.proxy_ps.memory_info().rss / MIB, 1),
-                "proxy_fds": self.proxy_ps.num_fds(),
-                "broker_rss_mib": round(self.broker_ps.memory_info().rss / MIB, 1),
-                "broker_fds": self.broker_ps.num_fds(),
-                "connections_open": self.proxy.metric("kafka_quota_proxy_connections_open")}
+        procs = self.serving()
+        out = {"proxy_rss_mib": round(sum(p.memory_info().rss for p in procs) / MIB, 1),
+               "proxy_fds": sum(p.num_fds() for p in procs),
+               "broker_rss_mib": round(self.broker_ps.memory_info().rss / MIB, 1),
+               "broker_fds": self.broker_ps.num_fds(),
+               "connections_open": self.proxy.metric("kafka_quota_proxy_connections_open")}
+        if len(procs) > 1:
+            out["per_worker_fds"] = [p.num_fds() for p in procs]
+            out["per_worker_rss_mib"] = [round(p.memory_info().rss / MIB, 1) for p in procs]
+            others = [c for c in self.proxy_ps.children() if c.pid not in {p.pid for p in procs}]
+            out["supervisor_and_store_rss_mib"] = round(
+                sum(p.memory_info().rss for p in (self.proxy_ps, *others)) / MIB, 1)
+        return out
 
     def rss(self) -> int:
-        return int(self.proxy_ps.memory_info().rss)
+        """The proxy's resident memory, summed over its workers."""
+        return sum(int(p.memory_info().rss) for p in self.serving())
 
     @property
     def alive(self) -> bool:
@@ -99,7 +120,7 @@ class Stack:
 
 
 @contextlib.contextmanager
-def stack(config: dict[str, Any] | None = None, partitions: int = 1) -> Iterator[Stack]:
+def stack(config: dict[str, Any] | None = None, partitions: int = 1, workers: int = 1) -> Iterator[Stack]:
     raise_fd_limit()
     broker = Broker().start()
     proxy = None
@@ -108,7 +129,9 @@ def stack(config: dict[str, Any] | None = None, partitions: int = 1) -> Iterator
         admin = AdminClient({"bootstrap.servers": broker.address})
         for f in admin.create_topics([NewTopic(TOPIC, partitions, 1)]).values():
             f.result(30)
-        proxy = ProxyProcess(broker.address, node, {"log_level": "WARNING", **(config or {})}).start()
+        proxy = ProxyProcess(broker.address, node, {"log_level": "WARNING", "workers": workers,
+                                                    **(config or {})})
+        proxy.start()  # stopped below even when it fails to start in time
         yield Stack(broker, proxy)
     finally:
         if proxy is not None:
@@ -213,12 +236,16 @@ class Active:
 
 async def hold(s: Stack, connections: int, active: int, rate: float, seconds: float) -> dict[str, Any]:
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    base_fds = s.proxy_ps.num_fds()
-    # Each client connection costs the proxy two descriptors: the client's and its own upstream.
-    capacity = (limit - base_fds - 32) // 2 - active
+    procs = s.serving()
+    base_fds = max(p.num_fds() for p in procs)
+    # Each client connection costs the proxy two descriptors: the client's and its own upstream;
+    # each worker has the limit to itself. (The kernel spreads connections over the workers
+    # unevenly, so with several a little of this room is in the wrong worker.)
+    capacity = len(procs) * ((limit - base_fds - 32) // 2) - active
     held = min(connections, capacity)
     if held < connections:
         emit("hold-capped", asked=connections, held=held, fd_hard_limit=limit, proxy_base_fds=base_fds,
+             workers=len(procs),
              why="the proxy needs two descriptors per client connection; the hard RLIMIT_NOFILE "
                  "cannot be raised without CAP_SYS_RESOURCE")
     clients = await Active(s.proxy.port, active, rate).open()
@@ -240,6 +267,7 @@ async def hold(s: Stack, connections: int, active: int, rate: float, seconds: fl
     await asyncio.sleep(3.0)
     after = s.sample()
     result = {
+        "workers": len(procs),
         "held": len(writers), "held_failed": len(failures), "first_failures": sorted(set(failures))[:3],
         "open_seconds": round(opened_in, 1), "active_connections": active,
         "active_rate_per_connection": rate, "seconds": seconds,
@@ -344,23 +372,32 @@ async def offer(port: int, rate: float, seconds: float) -> dict[str, Any]:
     }
 
 
+def proxy_cpu_seconds(s: Stack) -> float:
+    return sum(t.user + t.system for t in (p.cpu_times() for p in s.serving()))
+
+
 async def flood(s: Stack, rate: float, seconds: float, limit_rate: int, max_per_ip: int,
-                active: int, active_rate: float) -> dict[str, Any]:
+                active: int, active_rate: float, generators: int = 1) -> dict[str, Any]:
+    """New connections at `rate` a second from 127.0.0.1, offered by `generators` processes (each
+    `rate / generators`: one Python process opened no more than about 1,550 a second here),
+    while `active` clients from another address are measured."""
     clients = await Active(s.proxy.port, active, active_rate, source=OTHER_SOURCE).open()
     await clients.measure(2.0)
     quiet = await clients.measure(seconds)
-    cpu0 = s.proxy_ps.cpu_times()
-    child = await asyncio.create_subprocess_exec(
+    cpu0 = proxy_cpu_seconds(s)
+    children = [await asyncio.create_subprocess_exec(
         sys.executable, "-m", "bench.connections", "offer", "--port", str(s.proxy.port),
-        "--rate", str(rate), "--seconds", str(seconds), stdout=asyncio.subprocess.PIPE)
+        "--rate", str(rate / generators), "--seconds", str(seconds), stdout=asyncio.subprocess.PIPE)
+        for _ in range(generators)]
     during = await clients.measure(seconds)
-    out, _ = await child.communicate()
-    cpu1 = s.proxy_ps.cpu_times()
+    outs = [(await child.communicate())[0] for child in children]
+    cpu1 = proxy_cpu_seconds(s)
     clients.close()
-    offered = json.loads(out)
+    offered = combine_offers([json.loads(out) for out in outs])
     result = {
-        **offered, "connection_creation_rate": limit_rate, "max_connections_per_ip": max_per_ip,
-        "proxy_cpu_seconds": round(cpu1.user + cpu1.system - cpu0.user - cpu0.system, 1),
+        **offered, "generators": generators, "connection_creation_rate": limit_rate,
+        "max_connections_per_ip": max_per_ip,
+        "proxy_cpu_seconds": round(cpu1 - cpu0, 1),
         "accept_throttle_ms_metric": s.proxy.metric(
             "kafka_quota_proxy_connection_accept_throttle_time_ms_total", ip="127.0.0.1"),
         "other_source": OTHER_SOURCE, "other_without_flood": quiet, "other_with_flood": during,
@@ -369,6 +406,28 @@ async def flood(s: Stack, rate: float, seconds: float, limit_rate: int, max_per_
     }
     emit("flood", **result)
     return result
+
+
+def combine_offers(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The generators' reports as one: counts added, the longest window, the worst delays."""
+    if len(parts) == 1:
+        return parts[0]
+    seconds = max(p["seconds"] for p in parts)
+    outcomes: dict[str, int] = {}
+    for p in parts:
+        for kind, n in p["outcomes"].items():
+            outcomes[kind] = outcomes.get(kind, 0) + n
+    offered = sum(p["offered"] for p in parts)
+    medians = [p["closed_after_ms_p50"] for p in parts if p["closed_after_ms_p50"] is not None]
+    maxima = [p["closed_after_ms_max"] for p in parts if p["closed_after_ms_max"] is not None]
+    return {
+        "offered": offered, "offered_per_second": round(offered / seconds, 1), "seconds": seconds,
+        "outcomes": outcomes, "served_per_second": round(outcomes.get("served", 0) / seconds, 1),
+        "closed_within_10ms": sum(p["closed_within_10ms"] for p in parts),
+        "closed_after_ms_p50_per_generator": medians, "closed_after_ms_max": max(maxima, default=None),
+        "first_connect_failures": sorted({f for p in parts for f in p["first_connect_failures"]})[:3],
+        "per_generator_offered_per_second": [p["offered_per_second"] for p in parts],
+    }
 
 
 def flood_config(limit_rate: int, max_per_ip: int) -> dict[str, Any]:
@@ -519,6 +578,8 @@ def main(argv: Sequence[str]) -> int:
     p.add_argument("--max-per-ip", type=int, default=500, help="flood: quota.max_connections_per_ip")
     p.add_argument("--slowloris", type=int, default=1000, help="slow: slowloris connections")
     p.add_argument("--max-frame-bytes", type=int, default=8 * MIB, help="slow: the proxy's max_frame_bytes")
+    p.add_argument("--workers", type=int, help="the proxy's --workers (default: 2 for hold, 1 otherwise)")
+    p.add_argument("--generators", type=int, default=4, help="flood: processes offering the connections")
     args = p.parse_args(argv)
     if args.run == "offer":
         raise_fd_limit()
@@ -527,14 +588,14 @@ def main(argv: Sequence[str]) -> int:
     runs = ["hold", "flood", "slow"] if args.run == "all" else [args.run]
     for run in runs:
         if run == "hold":
-            with stack() as s:
+            with stack(workers=args.workers or 2) as s:
                 asyncio_run(hold(s, args.connections, args.active, args.active_rate, args.seconds))
         elif run == "flood":
-            with stack(flood_config(args.limit_rate, args.max_per_ip)) as s:
+            with stack(flood_config(args.limit_rate, args.max_per_ip), workers=args.workers or 1) as s:
                 asyncio_run(flood(s, args.rate, args.seconds, args.limit_rate, args.max_per_ip,
-                                  args.active, args.active_rate))
+                                  args.active, args.active_rate, args.generators))
         else:
-            with stack({"max_frame_bytes": args.max_frame_bytes}) as s:
+            with stack({"max_frame_bytes": args.max_frame_bytes}, workers=args.workers or 1) as s:
                 asyncio_run(slow(s, args.slowloris, args.max_frame_bytes))
     return 0
 

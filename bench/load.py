@@ -36,10 +36,12 @@ from bench.wire import (
     Ring,
     api_versions_frame,
     check_fetch,
+    check_metadata,
     check_produce,
     fetch_frame,
     host_port,
     leaders,
+    metadata_frame,
     produce_frame,
     record_batch,
     round_trip,
@@ -229,6 +231,20 @@ def run_fetch(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def run_metadata(args: argparse.Namespace) -> dict[str, Any]:
+    """Pipelined Metadata requests for the topic, every connection to the bootstrap address: through
+    the proxy, each answer is decoded and its broker addresses rewritten (a CPU-bound workload for
+    the proxy when the broker answers from a cache, as bench.sink_broker does)."""
+    frame = metadata_frame(args.topic, args.client_id)
+    target = host_port(args.bootstrap)
+    rings = [Ring.of([metadata_frame(args.topic, client_id)], max(2 * args.inflight, 64))
+             for client_id in client_ids(args.client_id, args.connections)]
+    result = asyncio_run(pipelined_run([target] * args.connections, rings, args.inflight,
+                                       check_metadata, args.warmup, args.seconds))
+    result.update(request_bytes=len(frame))
+    return result
+
+
 # -- latency ------------------------------------------------------------------------------------
 
 
@@ -375,6 +391,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--inflight", type=int, default=5)
     s.add_argument("--offsets", required=True, help="fetch offsets, cycled: 0,1000,2000,...")
     s.add_argument("--max-bytes", type=int, default=1)
+    s = sub.add_parser("metadata", help="pipelined Metadata requests to the bootstrap address")
+    common(s)
+    s.add_argument("--connections", type=int, default=16)
+    s.add_argument("--inflight", type=int, default=4)
     s = sub.add_parser("latency", help="one Produce at a time at a fixed rate; round-trip percentiles")
     common(s)
     s.add_argument("--rate", type=float, default=1000.0, help="requests per second")
@@ -388,7 +408,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 RUNS: dict[str, Callable[[argparse.Namespace], dict[str, Any]]] = {
-    "produce": run_produce, "fetch": run_fetch, "latency": run_latency, "idle": run_idle}
+    "produce": run_produce, "fetch": run_fetch, "metadata": run_metadata, "latency": run_latency,
+    "idle": run_idle}
 
 
 def main(argv: Sequence[str]) -> int:

@@ -64,6 +64,12 @@ def fetch_frame(topic: str, partition: int, offset: int, max_bytes: int, client_
     return frame_request(req, FETCH_VERSION, 0, client_id)
 
 
+def metadata_frame(topic: str, client_id: str) -> bytes:
+    req = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                          allow_auto_topic_creation=False, include_topic_authorized_operations=False)
+    return frame_request(req, METADATA_VERSION, 0, client_id)
+
+
 def api_versions_frame(client_id: str) -> bytes:
     req = ApiVersionsRequest(client_software_name="bench-load", client_software_version="1")
     return frame_request(req, API_VERSIONS_VERSION, 0, client_id)
@@ -164,6 +170,15 @@ def check_produce(frame: bytes, correlation_id: int) -> str | None:
         for p in topic.partition_responses:
             if p.error_code:
                 return f"produce error {p.error_code} on {topic.name}[{p.index}]"
+    return None
+
+
+def check_metadata(frame: bytes, correlation_id: int) -> str | None:
+    if int.from_bytes(frame[4:8], "big") != correlation_id:
+        return f"correlation id {int.from_bytes(frame[4:8], 'big')}, expected {correlation_id}"
+    msg = MetadataResponse.decode(frame[response_body_offset(frame, 1):], version=METADATA_VERSION)
+    if not msg.topics or msg.topics[0].error_code:
+        return f"metadata error for the topic: {msg.topics}"
     return None
 
 

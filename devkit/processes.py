@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -158,9 +160,40 @@ class ProxyProcess:
                 [sys.executable, "-m", "kafka_quota_proxy", "--config", str(self.config_path)],
                 stdout=log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, proc=self.proc)
+        if self.workers > 1:
+            self.wait_for_workers()
         if wait_for_broker:
             wait_for_port(self.node_port, proc=self.proc)
         return self
+
+    @property
+    def workers(self) -> int:
+        return int(self.config().get("workers", 1))
+
+    def wait_for_workers(self, count: int | None = None, timeout: float = 60.0) -> None:
+        """Until `count` (default: all) workers serve, as the supervisor's metrics say."""
+        want = self.workers if count is None else count
+        deadline = time.monotonic() + timeout
+        while self.metric("kafka_quota_proxy_workers") != want:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"the supervisor exited with {self.proc.returncode}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{want} workers not serving after {timeout}s")
+            time.sleep(0.1)
+
+    def worker_pids(self) -> list[int]:
+        """The pids of the supervisor's workers (its children running the proxy), by index."""
+        import psutil
+
+        assert self.proc is not None
+        found: dict[int, int] = {}
+        for child in psutil.Process(self.proc.pid).children():
+            with contextlib.suppress(psutil.Error):
+                cmd = child.cmdline()
+                if "--worker-role" in cmd:
+                    role = json.loads(cmd[cmd.index("--worker-role") + 1])
+                    found[role["index"]] = child.pid
+        return [found[i] for i in sorted(found)]
 
     def log_text(self) -> str:
         assert self.log_path is not None
@@ -187,5 +220,28 @@ class ProxyProcess:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            workers = self.worker_pids() if self.workers > 1 else []
+            private = self._supervisor_dir()
             self.proc.kill()
             self.proc.wait(10)
+            _kill_all(workers)  # the kernel SIGTERMs them; a test does not wait for their drains
+            if private is not None:  # what a killed supervisor leaves (docs/deployment.md)
+                shutil.rmtree(private, ignore_errors=True)
+
+    def _supervisor_dir(self) -> Path | None:
+        """The supervisor's private directory, where its workers' metrics sockets are."""
+        import psutil
+
+        assert self.proc is not None
+        for child in psutil.Process(self.proc.pid).children():
+            with contextlib.suppress(psutil.Error, ValueError, IndexError, KeyError):
+                cmd = child.cmdline()
+                role = json.loads(cmd[cmd.index("--worker-role") + 1])
+                return Path(role["metrics_socket"]).parent
+        return None
+
+
+def _kill_all(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)

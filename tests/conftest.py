@@ -2,13 +2,16 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from devkit.processes import ProxyProcess
+from devkit.relay import Relay
 from devkit.tansu import Broker
+from devkit.valkey import ValkeyCluster, ValkeyServer
 
 # The tiers (docs/development.md, "Test tiers"): `make check` runs what none of these marks;
 # `make test` runs everything. Each module says its own marks (pytestmark); this hook is the
@@ -29,6 +32,9 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 INTEGRATION_FIXTURES = {"broker"}  # a real Tansu broker (`proxy` and `broker_node_id` need it)
 SPARK_FIXTURES = {"spark"}  # a local Spark session (`analyzed` needs it)
+# A Cluster takes 2 s to form (a master waits that long before it says cluster_state:ok); a
+# standalone Valkey starts in about 50 ms and needs no mark.
+SLOW_FIXTURES = {"valkey_cluster", "valkey_cluster_relayed"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,6 +45,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if fixtures & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
+        if fixtures & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -68,3 +76,61 @@ def proxy(broker: Broker, broker_node_id: int) -> Iterator[ProxyProcess]:
 @pytest.fixture
 def topic_name() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
+
+
+# -- Valkey, for the shared quota store (devkit.valkey) ------------------------------------------
+
+@pytest.fixture
+def valkey_factory() -> Iterator[Callable[..., ValkeyServer]]:
+    """Start a ValkeyServer with any of its options (`valkey_factory(unix=True, password="pw",
+    persistence="aof")`); every one started is stopped at teardown."""
+    started: list[ValkeyServer] = []
+
+    def start(**options: Any) -> ValkeyServer:
+        server = ValkeyServer(**options)
+        started.append(server)
+        return server.start()
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def valkey(valkey_factory: Callable[..., ValkeyServer]) -> ValkeyServer:
+    """A fresh, empty Valkey of the test's own on a free loopback port (`valkey.url`)."""
+    return valkey_factory()
+
+
+@pytest.fixture
+def valkey_unix(valkey_factory: Callable[..., ValkeyServer]) -> ValkeyServer:
+    """A fresh Valkey listening only on a Unix socket in its own directory (`valkey_unix.url`
+    is unix:///...)."""
+    return valkey_factory(unix=True)
+
+
+@pytest.fixture
+def valkey_relay(valkey: ValkeyServer) -> Iterator[Relay]:
+    """A fault relay in front of `valkey`: connect to `valkey_relay.port` (or
+    redis://{valkey_relay.address}), then delay(), blackhole() or cut() the path."""
+    relay = Relay(valkey.port).start()
+    yield relay
+    relay.stop()
+
+
+@pytest.fixture(scope="module")
+def valkey_cluster() -> Iterator[ValkeyCluster]:
+    """A 3-master Valkey Cluster shared by a module's tests (FLUSHALL is theirs to do); a test that
+    kills or pauses nodes starts its own ValkeyCluster instead."""
+    cluster = ValkeyCluster().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def valkey_cluster_relayed() -> Iterator[ValkeyCluster]:
+    """A 3-master Cluster of the test's own with a relay in front of each node
+    (`valkey_cluster_relayed.relays[i]`), which the nodes announce to clients."""
+    cluster = ValkeyCluster(relayed=True).start()
+    yield cluster
+    cluster.stop()

@@ -1,7 +1,7 @@
 """The `kafka-quota-proxy` command.
 
     kafka-quota-proxy --upstream HOST:PORT[,HOST:PORT...] --listen HOST:PORT [--advertised-host HOST]
-                      [--metrics HOST:PORT] [--config FILE] [--log-level LEVEL] [...]
+                      [--metrics HOST:PORT] [--config FILE] [--log-level LEVEL] [--workers N] [...]
     kafka-quota-proxy check-config FILE
     kafka-quota-proxy users ...                 (SASL credentials for terminate mode)
     kafka-quota-proxy analyze --usage DIR --out DIR [...]   (the usage pipeline, on Spark)
@@ -21,6 +21,7 @@ from typing import Any
 
 from kafka_quota_proxy.config import ConfigError, Settings, load_file, merge
 from kafka_quota_proxy.config.settings import parse_values
+from kafka_quota_proxy.config.worker_settings import WORKER_ROLE_FLAG, parse_worker_role
 from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 EXIT_CONFIG = 2
@@ -42,12 +43,14 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", help="DEBUG, INFO, WARNING, ERROR (default INFO)")
     p.add_argument("--max-frame-bytes", type=int,
                    help=f"largest request accepted (default {DEFAULT_MAX_FRAME_BYTES})")
+    p.add_argument("--workers", help="worker processes sharing the ports on this host (default 1)")
+    p.add_argument(WORKER_ROLE_FLAG, help=argparse.SUPPRESS)  # set by the supervisor only
     return p
 
 
 FLAG_KEYS = {"upstream": "upstream", "listen": "listen", "advertised_host": "advertised_host",
              "node_port_base": "node_port_base", "metrics": "metrics", "log_level": "log_level",
-             "max_frame_bytes": "max_frame_bytes"}
+             "max_frame_bytes": "max_frame_bytes", "workers": "workers"}
 
 
 def settings_from_args(argv: Sequence[str]) -> Settings:
@@ -61,11 +64,15 @@ def settings_from_args(argv: Sequence[str]) -> Settings:
     except ConfigError as exc:
         flag = "--" + exc.key.replace("_", "-")
         raise ConfigError(flag, exc.message) from None
+    if args.worker_role is not None:
+        layers.append({"worker": parse_worker_role(args.worker_role)})
     return merge(*layers)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+def configure_logging(level: str, tag: str = "") -> None:
+    """Log lines to stderr; `tag` (a worker's "w1") tells the workers' interleaved lines apart."""
+    tag = f"[{tag}] " if tag else ""
+    logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s {tag}%(name)s: %(message)s",
                         stream=sys.stderr)
 
 
@@ -80,7 +87,19 @@ def run_loop(main: Coroutine[Any, Any, Any]) -> Any:
 
 def _run(argv: Sequence[str]) -> int:
     settings = settings_from_args(argv)
-    configure_logging(settings.log_level)
+    if settings.worker is not None:
+        from kafka_quota_proxy.proxy.parent_death import die_with
+
+        if not die_with(settings.worker.supervisor_pid):
+            return 1  # the supervisor is gone already
+        configure_logging(settings.log_level, settings.worker.name)
+    elif settings.workers > 1:
+        configure_logging(settings.log_level, "supervisor")
+        from kafka_quota_proxy.proxy.workers.supervisor import Supervisor
+
+        return Supervisor(settings, argv).run()
+    else:
+        configure_logging(settings.log_level)
     from kafka_quota_proxy.proxy.server import Proxy
 
     proxy = Proxy(settings)
@@ -96,6 +115,8 @@ def _check_config(argv: Sequence[str]) -> int:
     p = argparse.ArgumentParser(prog="kafka-quota-proxy check-config",
                                 description="Validate a config file and print the settings it gives.")
     p.add_argument("file")
+    p.add_argument("--probe-store", action="store_true",
+                   help="also connect to the store: section's server and run one sync's calls")
     args = p.parse_args(argv)
     try:
         settings = merge(load_file(args.file))
@@ -105,12 +126,37 @@ def _check_config(argv: Sequence[str]) -> int:
     print(f"  listen {settings.listen}, upstream {', '.join(map(str, settings.upstream))}")
     print(f"  clients are told host {settings.effective_advertised_host}; "
           f"broker N on port {settings.effective_node_port_base}+N")
+    if settings.workers > 1:
+        print(f"  {settings.workers} worker processes sharing these ports, one /metrics merging them")
+    else:
+        print("  1 worker process")
     from kafka_quota_proxy.proxy.quotas.access import management_policy
 
     policy, warnings = management_policy(settings)
     print(f"  {policy}")
     for warning in warnings:
         print(f"  warning: {warning}")
+    store = settings.store
+    if store is None:
+        print("  quota state: each worker's own (no store:)" if settings.workers > 1 else
+              "  quota state: this process's own (no store:)")
+        if args.probe_store:
+            print("  store probe: nothing to probe (no store:)")
+    else:
+        print(f"  quota state shared through {store.redacted_url}"
+              f"{' (Valkey Cluster)' if store.cluster else ''}, key prefix {store.key_prefix!r}, "
+              f"synced every {store.sync_interval_ms} ms; on store failure: {store.on_failure} "
+              f"after {store.degraded_grace_seconds:g}s")
+        if settings.quota.scope == "proxy":
+            print("  warning: quota.scope proxy is each process's own budget even with a store; "
+                  "use broker or cluster to share it")
+        if args.probe_store:
+            from kafka_quota_proxy.proxy.store.probe import probe
+
+            ok, line = run_loop(probe(store))
+            print(f"  store probe: {line}")
+            if not ok:
+                return 1
     return 0
 
 

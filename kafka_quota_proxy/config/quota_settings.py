@@ -15,7 +15,7 @@ from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.config.validators import boolean, file_path, mapping, names, one_of, whole_number
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 
-SCOPES = ("broker", "proxy")
+SCOPES = ("broker", "proxy", "cluster")
 MODES = ("enforce", "observe", "off")
 ENTITY_KEYS = {"user": "user", "client-id": "client_id", "ip": "ip"}
 PRODUCER_ID_ACTIONS = ("throttle", "reject")

@@ -210,3 +210,44 @@ def _decode_key(name: Any, where: str) -> QuotaKey:
         return QuotaKey(name)
     except ValueError:
         raise _Invalid(f"{where}: unknown quota key {name!r}") from None
+
+
+# ---- the same layer in a shared store: one field per (entity, key) ----
+
+
+def change_field(entity: QuotaEntity, key: QuotaKey, value: float | None) -> tuple[str, str]:
+    """One API change as a store field and value: the field names the entity and the key (JSON,
+    so any name is safe), the value is the number, or "" for a removal (a tombstone)."""
+    names = {name: getattr(entity, attr) for name, attr in _ENTITY_FIELDS
+             if getattr(entity, attr) is not None}
+    field_text = json.dumps([names, key.value], sort_keys=True, separators=(",", ":"))
+    return field_text, "" if value is None else repr(float(value))
+
+
+def layer_fields(layer: ApiQuotaLayer) -> list[tuple[str, str]]:
+    """Every value and tombstone of `layer` as store fields."""
+    out = [change_field(e, k, v) for e, values in layer.values.items() for k, v in values.items()]
+    out += [change_field(e, k, None) for e, keys in layer.removed.items() for k in keys]
+    return out
+
+
+def layer_from_fields(fields: Mapping[str, str]) -> tuple[ApiQuotaLayer, list[str]]:
+    """The layer a store's fields describe, and the fields that were not understood (skipped:
+    a newer replica's key, or damage; the caller logs them)."""
+    layer = ApiQuotaLayer()
+    skipped: list[str] = []
+    for field_text, value_text in sorted(fields.items()):
+        try:
+            raw_entity, raw_key = json.loads(field_text)
+            entity = _decode_entity(raw_entity, "field")
+            key = _decode_key(raw_key, "field")
+            if value_text == "":
+                layer.apply(entity, key, None)
+                continue
+            value = float(value_text)
+            if not math.isfinite(value) or value <= 0:
+                raise _Invalid(f"value {value_text!r}")
+            layer.apply(entity, key, value)
+        except (ValueError, TypeError, _Invalid):
+            skipped.append(field_text)
+    return layer, skipped

@@ -32,8 +32,10 @@ from kafka_quota_proxy.config.quota_settings import (
     parse_quota_section,
     validate_quota_entries,
 )
+from kafka_quota_proxy.config.store_settings import StoreSettings, parse_store
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings, parse_usage_log
 from kafka_quota_proxy.config.validators import boolean, mapping, one_of, whole_number
+from kafka_quota_proxy.config.worker_settings import WorkerRole, parse_workers
 from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
@@ -83,6 +85,9 @@ class Settings:
     proxy_protocol: bool = False
     proxy_protocol_timeout_seconds: float = 10.0  # a connection must send its header by then
     usage_log: UsageLogSettings | None = None  # the per-tenant usage log; off when None
+    store: StoreSettings | None = None  # quota state shared with other replicas; local when None
+    workers: int = 1  # worker processes on this host; more than one starts a supervisor
+    worker: WorkerRole | None = None  # set only in a worker a supervisor started (internal)
 
     @property
     def effective_advertised_host(self) -> str:
@@ -207,6 +212,8 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "proxy_protocol": ("proxy_protocol", boolean),
     "proxy_protocol_timeout_seconds": ("proxy_protocol_timeout_seconds", _positive_float),
     "usage_log": ("usage_log", lambda k, v: parse_usage_log(v)),
+    "store": ("store", lambda k, v: parse_store(v)),
+    "workers": ("workers", parse_workers),
 }
 
 

@@ -31,7 +31,7 @@ def read_fetch_request(frame: memoryview, body_offset: int, version: int) -> Fet
     if version < 15:
         # Up to v14 the fields read here lead the body at fixed places, so nothing is walked:
         # walking the topics took ~60% of a fetch's quota charge (bench.quota_cost). The rest of
-        # the request is the broker's to check, as for any request the proxy does not rewrite.
+        # the request has been checked by then (WellFormed, protocol/well_formed.py).
         if version >= 3:
             need(frame, body_offset, _LEADING_V3.size)
             replica_id, max_wait_ms, _, max_bytes = _LEADING_V3.unpack_from(frame, body_offset)

@@ -34,7 +34,7 @@ def _versions(spec: str | None) -> tuple[int, int] | None:
     return int(lo), int(hi or lo)
 
 
-def _in(spec: str | None, version: int) -> bool:
+def in_versions(spec: str | None, version: int) -> bool:
     r = _versions(spec)
     return r is not None and r[0] <= version <= r[1]
 
@@ -86,7 +86,7 @@ def _field_skip(field: dict[str, Any], version: int, flexible: bool) -> Skip:
     ftype: str = field["type"]
     compact = flexible
     if "flexibleVersions" in field:
-        compact = _in(field["flexibleVersions"], version)
+        compact = in_versions(field["flexibleVersions"], version)
     if ftype.startswith("[]"):
         inner = ftype[2:]
         if inner in _FIXED:
@@ -108,8 +108,8 @@ def _field_skip(field: dict[str, Any], version: int, flexible: bool) -> Skip:
 
 
 def inline_fields(fields: Any, version: int, flexible: bool) -> list[dict[str, Any]]:
-    return [f for f in fields if _in(f.get("versions"), version)
-            and not (flexible and _in(f.get("taggedVersions"), version) and "tag" in f)]
+    return [f for f in fields if in_versions(f.get("versions"), version)
+            and not (flexible and in_versions(f.get("taggedVersions"), version) and "tag" in f)]
 
 
 def _struct_skip(fields: tuple[Any, ...], version: int, flexible: bool) -> Skip:

@@ -1,6 +1,7 @@
 """The stage chains: the request stages in order, then the broker; the response stages in order,
 then the client. Each stage names the API keys it cares about, and the chain for a key is
-computed once, so a frame no stage asked for is forwarded after reading its header alone.
+computed once, so a frame no stage asked for is forwarded after its header is read and its body's
+lengths are checked (WellFormed, the one stage for every key).
 `build_pipeline` is the one place the order is written; adding a concern (a quota type, say)
 adds a stage there and touches nothing else.
 """
@@ -21,12 +22,14 @@ from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVers
 from kafka_quota_proxy.proxy.stages.base import RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.broker_addresses import BrokerAddresses
 from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
+from kafka_quota_proxy.proxy.stages.create_topics_limit import CreateTopicsLimit
 from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchAsV15
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
+from kafka_quota_proxy.proxy.stages.well_formed import WellFormed
 
 # A response ready to write: one buffer, or pieces written with writelines (no joining copy).
 Response = bytes | memoryview | list[bytes | memoryview]
@@ -38,7 +41,9 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
                    engine: QuotaEngine, cluster: Cluster, access: QuotaAccess) -> Pipeline:
     """The request and response stages, in the order a request and its response pass them."""
     terminate = isinstance(sasl, SaslTerminate)
-    request: list[RequestStage] = [ApiVersionsGate()]
+    # A body that does not parse goes no further than the ApiVersions gate (which answers
+    # versions newer than the codec, whose bodies cannot be checked).
+    request: list[RequestStage] = [ApiVersionsGate(), WellFormed()]
     response: list[ResponseStage] = [
         ApiVersionsIntersect(served=SERVED + (TERMINATED_SASL_APIS if terminate else ()))]
     if isinstance(sasl, SaslTerminate):
@@ -46,7 +51,7 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     elif isinstance(sasl, SaslInspect):
         request.append(sasl)
         response.append(sasl)
-    request += [ClientQuotasApi(quota_control, engine, access), FetchAsV15(),
+    request += [ClientQuotasApi(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
                 QuotaCharge(engine, cluster.topic_partitions)]
     response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
                  QuotaSettle(engine), ThrottleMerge()]

@@ -82,6 +82,8 @@ class Cluster:
             sock = socket.socket(family, kind, proto)
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if self.settings.worker is not None:  # every worker listens for every broker
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
                 sock.bind(addr)
                 sock.listen(512)
                 sock.setblocking(False)

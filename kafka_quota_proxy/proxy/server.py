@@ -16,6 +16,7 @@ from kafka_quota_proxy.config import ConfigError, HostPort, Settings
 from kafka_quota_proxy.config.credentials_file import load_credentials
 from kafka_quota_proxy.config.identity_settings import principal_for_address
 from kafka_quota_proxy.config.quota_settings import default_state_file, validate_quota_entries
+from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.identity.failures import FailureBackoff
 from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper
 from kafka_quota_proxy.identity.x500 import x500_name_from_der
@@ -30,7 +31,9 @@ from kafka_quota_proxy.proxy.datapath.splice import PipePool
 from kafka_quota_proxy.proxy.datapath.splice import supported as splice_supported
 from kafka_quota_proxy.proxy.file_watch import watch_files
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
+from kafka_quota_proxy.proxy.observability.metrics_socket import MetricsSocket
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
+from kafka_quota_proxy.proxy.observability.store_metrics import StoreCollector
 from kafka_quota_proxy.proxy.observability.usage_log import (
     UsageCollector,
     UsageMeter,
@@ -46,6 +49,7 @@ from kafka_quota_proxy.proxy.stages.quota_charge import mutation_permits
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_principals import Principals
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
+from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.proxy.tls import server_context, upstream_context, watch_certificates
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
@@ -70,7 +74,21 @@ class Proxy:
             self.quotas, validate_quota_entries(settings.quotas, settings.config_path),
             default_state_file(settings.config_path, settings.quota), self.audit)
         self.quota_access = QuotaAccess(authenticates_clients(settings))
-        self.engine = QuotaEngine(settings.quota, self.quotas)
+        # The quota store: the configured one, else the one a --workers supervisor started for
+        # its workers (then the workers are one proxy, and scope `proxy` is shared among them).
+        store = settings.store
+        own_store = store is None and settings.worker is not None and settings.worker.store_url
+        if own_store:
+            assert settings.worker is not None and settings.worker.store_url is not None
+            store = StoreSettings(url=settings.worker.store_url, key_prefix="kqp-workers")
+        self.engine = QuotaEngine(settings.quota, self.quotas,
+                                  shared_buckets=store.effective_buckets if store else None,
+                                  share_proxy_scope=bool(own_store))
+        self.store_sync: StoreSync | None = None
+        if store is not None and self.engine.shared is not None:
+            self.store_sync = StoreSync(store, self.engine.shared, config=self.quota_control,
+                                        id_rates=self.engine.shared_id_rates, ids=self.engine.shared_ids)
+            self.metrics.registry.register(StoreCollector(self.store_sync, self.engine.clock))
         self.metrics.registry.register(QuotaCollector(self.engine, lambda: self._loop))
         self.sasl_stage = self._sasl_stage(settings)
         self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster,
@@ -78,7 +96,10 @@ class Proxy:
         self.usage: UsageMeter | None = None
         if settings.usage_log is not None:
             u = settings.usage_log
-            writer = UsageWriter(u, u.instance or default_instance(settings.listen.port))
+            instance = u.instance or default_instance(settings.listen.port)
+            if settings.worker is not None:  # each worker writes as an instance of its own
+                instance = f"{instance}-{settings.worker.name}"
+            writer = UsageWriter(u, instance)
             self.usage = UsageMeter(u, self.quotas, writer, permits=lambda ctx: mutation_permits(
                 ctx.api_key, ctx.decode_request(), self.cluster.topic_partitions))
             self.engine.usage = self.usage
@@ -94,6 +115,7 @@ class Proxy:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._all_closed = asyncio.Event()
         self._metrics_server: Any = None
+        self._metrics_socket: MetricsSocket | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -104,9 +126,11 @@ class Proxy:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         s = self.settings
+        # Workers each open the same listeners; the kernel spreads connections among them.
         server = await self.loop.create_server(
             lambda: self._accept("bootstrap", self.cluster.bootstrap_targets),
-            s.listen.host, s.listen.port, reuse_address=True, backlog=1024, ssl=self._listener_ssl)
+            s.listen.host, s.listen.port, reuse_address=True, reuse_port=s.worker is not None,
+            backlog=1024, ssl=self._listener_ssl)
         self._servers.append(server)
         log.info("listening on %s (bootstrap) for upstream %s; clients are told host %s",
                  s.listen, ", ".join(map(str, s.upstream)), s.effective_advertised_host)
@@ -114,11 +138,18 @@ class Proxy:
         log.info("%s", policy)
         for warning in warnings:
             log.warning("%s", warning)
-        if s.metrics is not None:
+        if s.worker is not None:  # the supervisor serves --metrics, merging every worker's
+            self._metrics_socket = MetricsSocket(s.worker.metrics_socket, self.metrics.registry)
+        elif s.metrics is not None:
             self._metrics_server, _ = start_http_server(s.metrics.port, s.metrics.host,
                                                         registry=self.metrics.registry)
             log.info("metrics at http://%s/metrics", s.metrics)
         self.spawn(self.cluster.refresh_forever())
+        if self.store_sync is not None:
+            st = self.store_sync.settings
+            log.info("quota store %s: syncing every %d ms as replica %s", st.redacted_url,
+                     st.sync_interval_ms, self.store_sync.replica)
+            self.spawn(self.store_sync.run_forever())
         self.spawn(self._expire_forever())
         self.spawn(self._expire_producer_ids_forever())
         if s.connections_max_idle_ms is not None:
@@ -300,9 +331,14 @@ class Proxy:
             # The last, partial interval too; the writer drains its queue off the loop.
             self.usage.rotate()
             await self.loop.run_in_executor(None, self.usage.writer.close)
+        if self.store_sync is not None:
+            await self.store_sync.sync_once()  # what this replica counted last, for the others
+            await self.store_sync.close()
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()
+        if self._metrics_socket is not None:
+            self._metrics_socket.close()
         self.pipes.close()
         log.info("stopped")
 

@@ -15,7 +15,7 @@ from typing import cast
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Tags
-from kafka_quota_proxy.quota.sensors import SensorHandle, Sensors
+from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
 from kafka_quota_proxy.quota.throttle import (
     INT_MAX,
     java_round,
@@ -46,11 +46,13 @@ class _ResolvedQuota:
     """What every (user, client-id) quota manager shares: the key, its sensors, and the
     resolution of a client to its shared sensor and bound."""
 
-    def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors) -> None:
+    def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors,
+                 stats: StatFactory | None = None) -> None:
         self.key = key
         self.quota_type = QUOTA_TYPES[key]
         self.config = config
         self.sensors = sensors
+        self.stats: StatFactory = stats if stats is not None else LocalStats(config)
         self.store = store
         self.resolver = QuotaResolver(store, key)
 
@@ -95,12 +97,12 @@ class ClientQuotaManager(_ResolvedQuota):
     Byte-rate throttles are not bounded.
     """
 
-    def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors) -> None:
+    def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors,
+                 stats: StatFactory | None = None) -> None:
         if key not in QUOTA_TYPES or key is QuotaKey.CONTROLLER_MUTATION_RATE:
             raise ValueError(f"{key.value} is not a rate-based client quota")
-        super().__init__(key, store, config, sensors)
+        super().__init__(key, store, config, sensors, stats)
         self.max_throttle_ms: int | None = None  # None: unbounded, as byte rates
-        self._new_rate = lambda: Rate(config)
 
     def record_and_get_throttle_ms(self, user: str, client_id: str | None, value: float,
                                    now_ms: float, handles: dict[object, ChargeHandle] | None = None) -> int:
@@ -114,7 +116,9 @@ class ClientQuotaManager(_ResolvedQuota):
             res = self.resolver.resolve_if_enabled(user, client_id)
             if res is None:
                 return 0
-            found = self.sensors.handle(res.sensor_key, now_ms, self._new_rate)
+            make = self.stats.rate
+            sensor_key = res.sensor_key
+            found = self.sensors.handle(sensor_key, now_ms, lambda: make(sensor_key))
             if found is None:
                 return 0  # entity cap reached: not measured, so not throttled (counted in `dropped`)
             sensor, bound = found, res.quota
@@ -134,7 +138,9 @@ class ClientQuotaManager(_ResolvedQuota):
         if not self.resolver.quotas_enabled:
             return
         res = self.resolver.resolve(user, client_id)
-        rate = self.sensors.get_or_create(res.sensor_key, now_ms, self._new_rate)
+        make = self.stats.rate
+        key = res.sensor_key
+        rate = self.sensors.get_or_create(key, now_ms, lambda: make(key))
         if rate is not None:
             rate.record(value, now_ms)
 
@@ -267,8 +273,9 @@ class ControllerMutationQuotaManager(_ResolvedQuota):
     """`controller_mutation_rate` (KIP-599): a token bucket per shared (user, client-id) sensor,
     refilled at the quota in partitions per second, with a burst of N * W * Q."""
 
-    def __init__(self, store: QuotaStore, config: MetricConfig, sensors: Sensors) -> None:
-        super().__init__(QuotaKey.CONTROLLER_MUTATION_RATE, store, config, sensors)
+    def __init__(self, store: QuotaStore, config: MetricConfig, sensors: Sensors,
+                 stats: StatFactory | None = None) -> None:
+        super().__init__(QuotaKey.CONTROLLER_MUTATION_RATE, store, config, sensors, stats)
 
     def _bucket(self, user: str, client_id: str | None, now_ms: float) -> TokenBucket | None:
         if not self.resolver.quotas_enabled:
@@ -277,8 +284,9 @@ class ControllerMutationQuotaManager(_ResolvedQuota):
         bound = res.quota
         if bound is None:
             return None  # Kafka's bound would be Long.MAX_VALUE: never below zero
-        config = self.config
-        bucket = self.sensors.get_or_create(res.sensor_key, now_ms, lambda: TokenBucket(bound, config))
+        make = self.stats.bucket
+        key = res.sensor_key
+        bucket = self.sensors.get_or_create(key, now_ms, lambda: make(key, bound))
         if bucket is not None:
             bucket.rate_per_s = bound  # a changed quota applies from the next refill, as in Kafka
         return bucket

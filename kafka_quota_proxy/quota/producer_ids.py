@@ -18,7 +18,8 @@ from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.resolution import QuotaStore, sanitize_user
-from kafka_quota_proxy.quota.sensors import Sensors
+from kafka_quota_proxy.quota.sensors import Sensors, StatFactory
+from kafka_quota_proxy.quota.shared import SharedIds
 
 # KIP-936's proposed broker configs and defaults.
 PRODUCER_ID_QUOTA_WINDOW_NUM = 11  # producer.id.quota.window.num: samples in the new-id Rate
@@ -334,10 +335,13 @@ class ProducerIdQuotaManager:
     """
 
     def __init__(self, resolver_store: QuotaStore, config: MetricConfig, sensors: Sensors,
-                 cache: ProducerIdCache) -> None:
+                 cache: ProducerIdCache, stats: StatFactory | None = None,
+                 shared_ids: SharedIds | None = None) -> None:
         self.config = config
-        self.rate = ClientQuotaManager(QuotaKey.PRODUCER_IDS_RATE, resolver_store, config, sensors)
+        self.rate = ClientQuotaManager(QuotaKey.PRODUCER_IDS_RATE, resolver_store, config, sensors, stats)
         self.cache = cache
+        # With a shared store: the ids counted here, checked against the other replicas' later.
+        self.shared_ids = shared_ids
         self.rejections: dict[str, int] = {}  # sanitized user -> Produce requests refused
 
     @property
@@ -364,13 +368,19 @@ class ProducerIdQuotaManager:
                 if key in self.rejections or len(self.rejections) < cache.max_users:
                     self.rejections[key] = self.rejections.get(key, 0) + 1
                 return ProducerIdCharge(n, throttle_ms, rejected=True)
+            shared = self.shared_ids
             for pid in fresh:
                 cache.track(user, pid, now_ms)
+                if shared is not None:
+                    shared.counted(self.rate, user, pid, now_ms)
             return ProducerIdCharge(n, 0)
         n = 0
+        shared = self.shared_ids
         for pid in pids:
             if cache.track(user, pid, now_ms):
                 n += 1
+                if shared is not None:
+                    shared.counted(self.rate, user, pid, now_ms)
         if n == 0:
             return NOTHING
         return ProducerIdCharge(n, self.rate.record_and_get_throttle_ms(user, None, n, now_ms))

@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable
 from typing import Protocol, TypeVar
 
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
+from kafka_quota_proxy.quota.token_bucket import TokenBucket
 
 S = TypeVar("S")
 
@@ -56,6 +57,30 @@ class Sensors(Protocol):
         ...
 
     def __len__(self) -> int: ...
+
+
+class StatFactory(Protocol):
+    """Makes the stat a sensor key is measured on: Kafka's own (`LocalStats`), or one shared with
+    other replicas (`quota.shared.ScopedShared`)."""
+
+    def rate(self, key: Hashable) -> Rate: ...
+
+    def bucket(self, key: Hashable, rate_per_s: float) -> TokenBucket: ...
+
+
+class LocalStats:
+    """`StatFactory` of this process alone."""
+
+    __slots__ = ("config",)
+
+    def __init__(self, config: MetricConfig) -> None:
+        self.config = config
+
+    def rate(self, key: Hashable) -> Rate:
+        return Rate(self.config)
+
+    def bucket(self, key: Hashable, rate_per_s: float) -> TokenBucket:
+        return TokenBucket(rate_per_s, self.config)
 
 
 class SensorHandle:

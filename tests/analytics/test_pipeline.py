@@ -292,6 +292,29 @@ def test_a_proxy_config_as_current_quotas_and_a_candidate_file(spark: SparkSessi
     assert replay.loc["candidate", columns].tolist() == [600.0, 8333, 2, 0]
 
 
+def test_the_workers_of_one_proxy_are_read_as_instances_of_their_own(spark: SparkSession,
+                                                                      tmp_path: Path) -> None:
+    # `--workers 2` writes usage-<instance>-w0 and -w1, each worker measuring its own share: the
+    # same two intervals as above through each worker are two instances' (2 in the tenant's
+    # report), replayed apart (each 7000 + 5000 ms) and summed, not one instance's 11000+ bytes.
+    hour = tmp_path / "usage" / "dt=2026-01-05" / "hour=00"
+    hour.mkdir(parents=True)
+    for worker in ("gw-w0", "gw-w1"):
+        lines = [usage.record(1767571200000 + k * 10_000, 10, worker, "alice", "app", {"produce_bytes": b},
+                              {"produce": 1}, {}, {}, {}) for k, b in enumerate((6000, 5000))]
+        (hour / f"usage-{worker}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    config = tmp_path / "proxy.yaml"
+    config.write_text("upstream: [kafka-1:9092]\nworkers: 2\n"
+                      "quota:\n  window_num: 6\n  window_size_seconds: 1\n"
+                      "quotas:\n  - user: alice\n    producer_byte_rate: 500\n")
+    out = tmp_path / "out"
+    analyze(spark, Options(str(tmp_path / "usage"), str(out), str(config)))
+    tenants = pd.read_parquet(out / "tenants.parquet").set_index("user")
+    assert tenants.loc["alice", ["instances", "produce_bytes"]].tolist() == [2, 22000]
+    replay = pd.read_parquet(out / "replay.parquet").set_index("scenario")
+    assert replay.loc["current", ["throttle_ms", "throttled_requests"]].tolist() == [24000, 4]
+
+
 # ---- the report ----------------------------------------------------------------------------------
 
 

@@ -32,10 +32,21 @@ def test_a_thousand_held_connections_are_all_served_beside_active_clients() -> N
     assert r["proxy_alive"]
 
 
+def test_held_connections_spread_over_two_workers_and_are_all_served() -> None:
+    with stack(workers=2) as s:
+        r = run(connections.hold(s, 1000, active=5, rate=20, seconds=2))
+    assert (r["workers"], r["held"], r["held_failed"]) == (2, 1000, 0)
+    assert r["with_held"]["connections_open"] == 1005  # the supervisor's sum over both
+    assert min(r["with_held"]["per_worker_fds"]) > 100  # both hold a share
+    assert r["active_with"]["errors"] == 0
+    assert r["proxy_alive"]
+
+
 def test_a_connection_flood_is_held_to_the_connection_quotas() -> None:
     rate, seconds, limit, per_ip = 1000, 3.0, 50, 100
     with stack(flood_config(limit, per_ip)) as s:
-        r = run(connections.flood(s, rate, seconds, limit, per_ip, active=5, active_rate=20))
+        r = run(connections.flood(s, rate, seconds, limit, per_ip, active=5, active_rate=20,
+                                  generators=2))
     outcomes = r["outcomes"]
     assert outcomes.get("no answer in 30 s", 0) == 0
     # Kafka's Rate over 11 one-second windows: a new sensor lets the first second run ahead

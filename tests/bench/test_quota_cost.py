@@ -17,26 +17,35 @@ def test_quota_cost_rows(monkeypatch: pytest.MonkeyPatch) -> None:
         "Produce: quota stages, no quota configured",
         "Produce: quota stages, 100 tenants' producer_byte_rate",
         "Produce: added by the quotas",
+        "Produce: the same quotas shared through a store",
+        "Produce: added by sharing them",
         "Fetch: quota stages, no quota configured",
         "Fetch: quota stages, 100 tenants' consumer_byte_rate",
-        "Fetch: added by the quotas"]
+        "Fetch: added by the quotas",
+        "Fetch: the same quotas shared through a store",
+        "Fetch: added by sharing them"]
     assert all(value.endswith(" µs") for _, value in rows)
 
 
+@pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("key", [QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE])
-def test_every_tenant_is_measured(monkeypatch: pytest.MonkeyPatch, key: QuotaKey) -> None:
-    """With the quotas configured, the timed requests are charged, each tenant on its own sensor."""
+def test_every_tenant_is_measured(monkeypatch: pytest.MonkeyPatch, key: QuotaKey, shared: bool) -> None:
+    """With the quotas configured, the timed requests are charged, each tenant on its own sensor
+    (a shared one too, when timed as shared)."""
     engines: list[QuotaEngine] = []
     real = quota_cost._engine
 
-    def recording(k: QuotaKey | None) -> QuotaEngine:
-        engines.append(real(k))
+    def recording(k: QuotaKey | None, shared: bool = False) -> QuotaEngine:
+        engines.append(real(k, shared))
         return engines[-1]
     monkeypatch.setattr(quota_cost, "_engine", recording)
     monkeypatch.setattr(quota_cost, "CALLS", 200)
     produce = key == QuotaKey.PRODUCER_BYTE_RATE
-    (quota_cost.produce_ns if produce else quota_cost.fetch_ns)(key)
+    (quota_cost.produce_ns if produce else quota_cost.fetch_ns)(key, shared)
     (engine,) = engines
+    assert (engine.shared is not None) == shared
+    if shared:
+        assert engine.shared is not None and len(engine.shared) == quota_cost.TENANTS
     managers = engine.scope("127.0.0.1:9092")
     charged = managers.produce if produce else managers.fetch
     assert len(charged.sensors) == quota_cost.TENANTS

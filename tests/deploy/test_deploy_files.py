@@ -23,11 +23,16 @@ import yaml
 from packaging.specifiers import SpecifierSet
 from prometheus_client import CollectorRegistry
 
+from kafka_quota_proxy.cli.main import main
 from kafka_quota_proxy.config.quota_settings import QuotaSettings, default_state_file, validate_quota_entries
 from kafka_quota_proxy.config.settings import HostPort, Settings, load_file, merge
+from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
+from kafka_quota_proxy.proxy.observability.store_metrics import StoreCollector
+from kafka_quota_proxy.proxy.quotas.access import management_policy
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import CLIENT_KEYS, DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
@@ -36,6 +41,10 @@ DOCKERFILE = REPO / "Dockerfile"
 DOCKERIGNORE = REPO / ".dockerignore"
 COMPOSE = REPO / "docker-compose.yml"
 COMPOSE_PROXY_CONFIG = REPO / "deploy" / "compose" / "proxy.yaml"
+# The compose demo's proxy replicas and their configs; `proxy` builds the image both run.
+COMPOSE_REPLICAS = {"proxy": COMPOSE_PROXY_CONFIG, "proxy-2": REPO / "deploy" / "compose" / "proxy-2.yaml"}
+# What may differ between the replicas' configs: the ports a replica is reached on.
+PER_REPLICA_KEYS = ("listen", "node_port_base", "metrics")
 PROMETHEUS_CONFIG = REPO / "deploy" / "compose" / "prometheus.yml"
 GRAFANA_DATASOURCES = REPO / "deploy/compose/grafana/provisioning/datasources/prometheus.yml"
 GRAFANA_DASHBOARD_PROVIDERS = REPO / "deploy/compose/grafana/provisioning/dashboards/dashboards.yml"
@@ -46,6 +55,9 @@ K8S_SIDECAR = REPO / "deploy" / "kubernetes" / "sidecar.yaml"
 CONFIG_PATH_IN_CONTAINER = "/etc/kafka-quota-proxy/proxy.yaml"
 PYTHON_IMAGE = "python:3.12-slim"
 WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+VALKEY_IMAGE = re.compile(r"valkey/valkey:(8|9)\.\d+\.\d+")  # the official image, a whole release
+VALKEY_PORT = 6379  # valkey-server's default, which neither example changes
+HEALTHY = {"condition": "service_healthy"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,8 +179,26 @@ def mount_source_for(svc: dict[str, Any], host_file: Path) -> str:
     return targets[0]
 
 
-def compose_settings() -> Settings:
-    return merge(load_file(COMPOSE_PROXY_CONFIG))
+def compose_settings(replica: str = "proxy") -> Settings:
+    return merge(load_file(COMPOSE_REPLICAS[replica]))
+
+
+def compose_config_document(replica: str) -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_REPLICAS[replica].read_text(encoding="utf-8"))
+
+
+def check_config(path: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """`kafka-quota-proxy check-config PATH`'s output; fails the test unless it exits 0."""
+    status = main(["check-config", str(path)])
+    out = capsys.readouterr().out
+    assert status == 0, f"check-config {path} exited {status}: {out}"
+    return out
+
+
+def valkey_host_port(url: str) -> tuple[str, int]:
+    parts = urlsplit(url)
+    assert parts.scheme == "redis" and parts.hostname, url
+    return parts.hostname, parts.port or VALKEY_PORT
 
 
 def parse_duration(text: str) -> float:
@@ -213,12 +243,30 @@ def k8s_container(name: str) -> dict[str, Any]:
     return found[0]
 
 
+def k8s_valkey_container() -> dict[str, Any]:
+    (container,) = k8s_kind("StatefulSet")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def secret_ref(container: dict[str, Any], variable: str) -> dict[str, str]:
+    """The {name, key} of the Secret a container's environment variable is set from."""
+    found = [e for e in container.get("env", []) if e["name"] == variable]
+    assert len(found) == 1, f"{container['name']} sets {variable} {len(found)} times"
+    return found[0]["valueFrom"]["secretKeyRef"]
+
+
 @pytest.fixture
-def k8s_settings(tmp_path: Path) -> Settings:
-    """The sidecar's config, as the proxy would read it from the mounted ConfigMap."""
+def k8s_config_file(tmp_path: Path) -> Path:
+    """The sidecar's config file, as the ConfigMap mounts it."""
     config_file = tmp_path / "proxy.yaml"
     config_file.write_text(k8s_kind("ConfigMap")["data"]["proxy.yaml"], encoding="utf-8")
-    return merge(load_file(config_file))
+    return config_file
+
+
+@pytest.fixture
+def k8s_settings(k8s_config_file: Path) -> Settings:
+    """The sidecar's config, as the proxy would read it from the mounted ConfigMap."""
+    return merge(load_file(k8s_config_file))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,16 +352,22 @@ def test_dockerfile_exposes_default_and_compose_ports() -> None:
 
 def test_compose_services_and_images() -> None:
     services = compose()["services"]
-    assert set(services) == {"kafka", "proxy", "prometheus", "grafana"}
+    assert set(services) == {"kafka", "proxy", "proxy-2", "valkey", "prometheus", "grafana"}
+    assert set(COMPOSE_REPLICAS) <= set(services)
     assert services["kafka"]["image"] == "apache/kafka:3.9.0"
     assert services["proxy"]["build"] == "."
+    # One build: the second replica runs the image the first one built, never a pulled one.
+    assert "build" not in services["proxy-2"]
+    assert services["proxy-2"]["image"] == services["proxy"]["image"]
+    assert services["proxy-2"]["pull_policy"] == "never"
+    assert VALKEY_IMAGE.fullmatch(services["valkey"]["image"]), services["valkey"]["image"]
     assert services["prometheus"]["image"].startswith("prom/prometheus:")
     assert services["grafana"]["image"].startswith("grafana/grafana:")
 
 
 def test_compose_mounted_files_exist() -> None:
     mounts = [m for svc in compose()["services"].values() for m in bind_mounts(svc)]
-    assert len(mounts) == 5
+    assert len(mounts) == 6
     for source, _ in mounts:
         assert (REPO / source).exists(), f"docker-compose.yml mounts {source}, which does not exist"
 
@@ -346,35 +400,94 @@ def test_compose_kafka_is_kraft_node_1_advertising_the_proxy_upstream() -> None:
     assert "ports" not in service("kafka")
 
 
-def test_compose_proxy_publishes_listen_node_and_metrics_ports_on_the_same_host_ports() -> None:
-    s = compose_settings()
+def test_compose_replicas_read_their_own_config() -> None:
+    for name, config in COMPOSE_REPLICAS.items():
+        replica = service(name)
+        assert replica["command"] == ["--config", CONFIG_PATH_IN_CONTAINER], name
+        assert mount_source_for(replica, config.resolve()) == CONFIG_PATH_IN_CONTAINER, name
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_proxy_publishes_listen_node_and_metrics_ports_on_the_same_host_ports(replica: str) -> None:
+    s = compose_settings(replica)
     node_id = int(kafka_env()["KAFKA_NODE_ID"])
     wanted = {s.listen.port, s.node_port(node_id), s.metrics.port}
+    assert len(wanted) == 3
     # Same port on the host: clients are told localhost:<node port>, which must reach the proxy.
-    assert published_ports(service("proxy")) == {(port, port) for port in wanted}
+    assert published_ports(service(replica)) == {(port, port) for port in wanted}
 
 
-def test_compose_proxy_health_check_and_stop_grace_period() -> None:
-    s = compose_settings()
-    proxy = service("proxy")
+def test_compose_published_host_ports_do_not_collide() -> None:
+    published = [(host, name) for name, svc in compose()["services"].items()
+                 for host, _ in published_ports(svc)]
+    hosts = [host for host, _ in published]
+    assert len(hosts) == len(set(hosts)), sorted(published)
+    # The replicas' own ports apart too, so that one container cannot bind the same port twice.
+    for name in COMPOSE_REPLICAS:
+        s = compose_settings(name)
+        own = [s.listen.port, s.node_port(int(kafka_env()["KAFKA_NODE_ID"])), s.metrics.port]
+        assert len(own) == len(set(own)), name
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_proxy_health_check_and_stop_grace_period(replica: str) -> None:
+    s = compose_settings(replica)
+    proxy = service(replica)
     test = proxy["healthcheck"]["test"]
     assert test[:3] == ["CMD", "python", "-c"]
     assert f"http://127.0.0.1:{s.metrics.port}/metrics" in test[3]
     assert parse_duration(proxy["stop_grace_period"]) > s.shutdown_timeout_seconds
-    assert proxy["depends_on"] == {"kafka": {"condition": "service_healthy"}}
+    assert proxy["depends_on"] == {"kafka": HEALTHY, "valkey": HEALTHY}
 
 
-def test_prometheus_scrapes_the_proxy_metrics_port() -> None:
+def test_compose_valkey_is_health_checked_and_kept_inside() -> None:
+    valkey = service("valkey")
+    assert valkey["healthcheck"]["test"] == ["CMD-SHELL", "valkey-cli ping | grep -q PONG"]
+    assert "ports" not in valkey  # only the proxies use it
+    assert "command" not in valkey  # so it listens on the default port, VALKEY_PORT
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_replicas_store_url_names_the_compose_valkey(replica: str) -> None:
+    store = compose_settings(replica).store
+    assert store is not None, f"{COMPOSE_REPLICAS[replica].name} has no store: section"
+    host, port = valkey_host_port(store.url)
+    assert host in compose()["services"] and compose()["services"][host]["hostname"] == host
+    assert VALKEY_IMAGE.fullmatch(service(host)["image"])
+    assert port == VALKEY_PORT
+    assert not store.cluster and store.password_env is None
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_replica_config_passes_check_config(replica: str, capsys: pytest.CaptureFixture[str]) -> None:
+    out = check_config(COMPOSE_REPLICAS[replica], capsys)
+    assert "quota state shared through redis://valkey:6379" in out
+    assert "warning" not in out
+
+
+def test_compose_replica_configs_differ_only_in_their_ports() -> None:
+    documents = {name: compose_config_document(name) for name in COMPOSE_REPLICAS}
+    shared = [{k: v for k, v in doc.items() if k not in PER_REPLICA_KEYS} for doc in documents.values()]
+    # A quota the replicas share means something only if each enforces the same one.
+    assert all(doc == shared[0] for doc in shared), "the replicas' configs differ beyond their ports"
+    for key in PER_REPLICA_KEYS:
+        values = [doc[key] for doc in documents.values()]
+        assert len(set(values)) == len(values), f"replicas share {key}: {values}"
+
+
+def test_prometheus_scrapes_every_proxy_replica() -> None:
     prometheus = service("prometheus")
     assert mount_source_for(prometheus, PROMETHEUS_CONFIG) == "/etc/prometheus/prometheus.yml"
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text(encoding="utf-8"))
     (job,) = config["scrape_configs"]
     assert job["metrics_path"] == "/metrics"
     targets = [t for sc in job["static_configs"] for t in sc["targets"]]
-    assert targets == [f"proxy:{compose_settings().metrics.port}"]
-    host, _, port = targets[0].rpartition(":")
-    assert host == "proxy" and host in compose()["services"]
-    assert int(port) == compose_settings().metrics.port
+    assert targets == [f"{name}:{compose_settings(name).metrics.port}" for name in COMPOSE_REPLICAS]
+    for target in targets:
+        host, _, port = target.rpartition(":")
+        assert host in compose()["services"]
+        assert int(port) == compose_settings(host).metrics.port
+    assert set(COMPOSE_REPLICAS) <= set(prometheus["depends_on"])
 
 
 def test_grafana_datasource_points_at_the_prometheus_service() -> None:
@@ -407,13 +520,16 @@ def test_grafana_dashboard_provider_loads_the_dashboard_folder() -> None:
 # Grafana dashboard against the proxy's metrics
 
 METRIC_SOURCES = (REPO / "kafka_quota_proxy/proxy/observability/metrics.py",
-                  REPO / "kafka_quota_proxy/proxy/observability/quota_metrics.py")
+                  REPO / "kafka_quota_proxy/proxy/observability/quota_metrics.py",
+                  REPO / "kafka_quota_proxy/proxy/observability/store_metrics.py")
 QUOTA_STAGES = (REPO / "kafka_quota_proxy/proxy/stages/quota_charge.py",
                 REPO / "kafka_quota_proxy/proxy/stages/quota_settle.py")
 METRIC_PREFIX = "kafka_quota_proxy_"
 GRID_COLUMNS = 24
 # Labels whose values are a closed set the populated registry below emits in full.
 ENUMERATED_LABELS = ("quota_type", "mode")
+# Labels Prometheus adds to every series it scrapes (the target's), so queries may group by them.
+SCRAPE_LABELS = {"instance", "job"}
 GRAFANA_BUILTIN_VARIABLES = ("__rate_interval", "__interval", "__range", "__interval_ms",
                              "__range_s", "__range_ms")
 ORIGINAL_PANELS = {
@@ -435,6 +551,16 @@ QUOTA_PANELS = [
     ("Throttle time per tenant", "timeseries"),
     ("New producer ids vs quota per user", "timeseries"),
     ("Producer-id refusals and throttle per user", "timeseries"),
+]
+STORE_PANELS = [
+    ("Shared quota store", "row"),
+    ("Store state per replica", "state-timeline"),
+    ("Replicas seen", "timeseries"),
+    ("Store sync lag per replica", "timeseries"),
+    ("Store sync duration p99 per replica", "timeseries"),
+    ("Store errors and syncs per second", "timeseries"),
+    ("Produce rate per tenant: all replicas vs each", "timeseries"),
+    ("Fetch rate per tenant: all replicas vs each", "timeseries"),
 ]
 
 
@@ -478,14 +604,18 @@ def declared_metric_families() -> set[str]:
 
 
 def populated_registry() -> CollectorRegistry:
-    """A proxy's registry (ProxyMetrics plus its QuotaCollector, as proxy/server.py wires them) with
-    at least one series in every family the dashboard can use, so label names can be read off."""
+    """A proxy's registry with a store: section (ProxyMetrics, its StoreCollector and QuotaCollector,
+    as proxy/server.py wires them) with at least one series in every family the dashboard can use,
+    so label names can be read off."""
     now = 1_000
     client = {key: 10.0 for key in CLIENT_KEYS}
     store = QuotaStore({QuotaEntity(client_id="demo"): client,
                         QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_IDS_RATE: 0.001},
                         QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0}})
-    engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now)
+    store_settings = StoreSettings(url="redis://valkey:6379")
+    engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now,
+                         shared_buckets=store_settings.effective_buckets)
+    assert engine.shared is not None
     managers = engine.scope("kafka:19092")
     managers.produce.record_and_get_throttle_ms("alice", "demo", 100.0, now)
     managers.fetch.record_and_get_throttle_ms("alice", "demo", 100.0, now)
@@ -499,6 +629,8 @@ def populated_registry() -> CollectorRegistry:
     metrics = ProxyMetrics()
     metrics.api(0)
     metrics.protocol_errors.labels("bad_size")
+    # Never connects: the collector only reads the sync's numbers.
+    metrics.registry.register(StoreCollector(StoreSync(store_settings, engine.shared), lambda: now))
     metrics.registry.register(QuotaCollector(engine))
     return metrics.registry
 
@@ -553,6 +685,8 @@ def test_metric_families_declared_in_the_source_are_all_collected() -> None:
     assert series["kafka_quota_proxy_throttle_time_ms_total"].family_type == "counter"
     assert series["kafka_quota_proxy_upstream_latency_seconds_bucket"].family_type == "histogram"
     assert series["kafka_quota_proxy_byte_rate"].family_type == "gauge"
+    assert series["kafka_quota_proxy_byte_rate_local"].labels == series["kafka_quota_proxy_byte_rate"].labels
+    assert series["kafka_quota_proxy_store_sync_duration_seconds_bucket"].family_type == "histogram"
     assert "kafka_quota_proxy_throttle_time_ms" not in series  # counters are scraped as _total
 
 
@@ -564,13 +698,13 @@ def test_grafana_dashboard_keeps_the_proxy_panels() -> None:
     assert [p["title"] for p in panels[:3]] == list(ORIGINAL_PANELS)
     for panel in panels[:3]:
         assert [t["expr"] for t in panel["targets"]] == [ORIGINAL_PANELS[panel["title"]]]
-    assert [(p["title"], p["type"]) for p in panels[3:]] == QUOTA_PANELS
+    assert [(p["title"], p["type"]) for p in panels[3:]] == QUOTA_PANELS + STORE_PANELS
 
 
 def test_grafana_dashboard_queries_metrics_the_proxy_exports() -> None:
     series = exported_series()
     exprs = all_exprs()
-    assert len(exprs) == 17
+    assert len(exprs) == 28
     for expr in exprs:
         used = selectors(expr)
         assert used, f"expression queries no proxy metric: {expr}"
@@ -583,7 +717,7 @@ def test_grafana_dashboard_queries_metrics_the_proxy_exports() -> None:
                     wanted = set(value.split("|")) if operator == "=~" else {value}
                     assert wanted <= exported.values[label], (
                         f"{name} never has {label} in {sorted(wanted - exported.values[label])}")
-        labels = set().union(*(series[name].labels for name, _ in used))
+        labels = set().union(SCRAPE_LABELS, *(series[name].labels for name, _ in used))
         for clause in re.findall(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
             for label in filter(None, (s.strip() for s in clause.split(","))):
                 assert label in labels, f"aggregation by {label}, which no queried metric has: {expr}"
@@ -594,7 +728,7 @@ def test_grafana_dashboard_legends_use_labels_the_queries_return() -> None:
     for panel in dashboard()["panels"]:
         for target in panel.get("targets", []):
             used = [name for name, _ in selectors(target["expr"]) if name in series]
-            labels = set().union(*(series[name].labels for name in used))
+            labels = set().union(SCRAPE_LABELS, *(series[name].labels for name in used))
             for label in re.findall(r"\{\{\s*(\w+)\s*\}\}", target.get("legendFormat", "")):
                 assert label in labels, f"{panel['title']}: legend uses {label}, not a label of the query"
 
@@ -708,14 +842,67 @@ def test_grafana_quota_overview_panels() -> None:
     assert configured["instant"] is True and configured["format"] == "table"
 
 
-def test_compose_proxy_config_has_an_example_quota() -> None:
-    s = compose_settings()
+def test_grafana_store_panels() -> None:
+    row = panel_by_title(STORE_PANELS[0][0])
+    store = [panel_by_title(title) for title, _ in STORE_PANELS[1:]]
+    # Under their own row, below every other panel.
+    bottom = row["gridPos"]["y"]
+    assert all(p["gridPos"]["y"] > bottom for p in store)
+    others = [p for p in dashboard()["panels"] if p["id"] not in {row["id"], *(p["id"] for p in store)}]
+    assert all(p["gridPos"]["y"] + p["gridPos"]["h"] <= bottom for p in others)
+    # Every store metric docs/metrics.md names for the store's health, and the global vs local rate.
+    used = {name for p in store for t in p["targets"] for name, _ in selectors(t["expr"])}
+    wanted = {"store_sync_lag_seconds", "store_sync_duration_seconds_bucket", "store_errors_total",
+              "store_degraded", "store_replicas", "byte_rate", "byte_rate_local"}
+    assert {METRIC_PREFIX + name for name in wanted} <= used
+    # The store's health is each replica's: drawn per scraped instance, never summed across them.
+    for panel in store:
+        for target in panel["targets"]:
+            if "_store_" in target["expr"] and not target["expr"].startswith("count("):
+                assert re.search(r"\bby \(instance\b", target["expr"]), target["expr"]
+                assert "{{instance}}" in target["legendFormat"], panel["title"]
+    (p99,) = panel_by_title("Store sync duration p99 per replica")["targets"]
+    assert p99["expr"] == ("histogram_quantile(0.99, sum by (instance, le) "
+                           "(rate(kafka_quota_proxy_store_sync_duration_seconds_bucket[$__rate_interval])))")
+    state = panel_by_title("Store state per replica")
+    (mapping,) = state["fieldConfig"]["defaults"]["mappings"]
+    assert {value: m["text"] for value, m in mapping["options"].items()} == {"0": "shared", "1": "degraded"}
+    (degraded,) = state["targets"]
+    assert degraded["expr"] == "max by (instance) (kafka_quota_proxy_store_degraded)"
+    units = {p["title"]: p["fieldConfig"]["defaults"].get("unit") for p in store}
+    assert units["Store sync lag per replica"] == units["Store sync duration p99 per replica"] == "s"
+
+
+@pytest.mark.parametrize(("title", "quota_type"), [
+    ("Produce rate per tenant: all replicas vs each", "producer_byte_rate"),
+    ("Fetch rate per tenant: all replicas vs each", "consumer_byte_rate"),
+])
+def test_grafana_global_vs_local_rate_panels(title: str, quota_type: str) -> None:
+    panel = panel_by_title(title)
+    by_ref = targets(panel)
+    assert set(by_ref) == {"A", "B"}
+    (everyone,) = selectors(by_ref["A"]["expr"])
+    (own,) = selectors(by_ref["B"]["expr"])
+    assert (everyone[0], own[0]) == ("kafka_quota_proxy_byte_rate", "kafka_quota_proxy_byte_rate_local")
+    # The same entities on both sides; each replica's part per replica, per broker as the whole is.
+    assert everyone[1] == own[1]
+    assert ("quota_type", "=", quota_type) in own[1]
+    assert ("user", "=~", "$user") in own[1] and ("client_id", "=~", "$client_id") in own[1]
+    assert by_ref["A"]["expr"].startswith("max by (scope, user, client_id) (")
+    assert by_ref["B"]["expr"].startswith("max by (instance, scope, user, client_id) (")
+    assert "{{instance}}" in by_ref["B"]["legendFormat"]
+    assert panel["fieldConfig"]["defaults"]["unit"] == "binBps"
+
+
+@pytest.mark.parametrize("replica", COMPOSE_REPLICAS)
+def test_compose_proxy_config_has_an_example_quota(replica: str) -> None:
+    s = compose_settings(replica)
     assert (s.quota.scope, s.quota.mode) == ("broker", "enforce")
-    quotas = validate_quota_entries(s.quotas, str(COMPOSE_PROXY_CONFIG))
+    quotas = validate_quota_entries(s.quotas, str(COMPOSE_REPLICAS[replica]))
     assert quotas[QuotaEntity(client_id="demo-limited")][QuotaKey.PRODUCER_BYTE_RATE] == 1048576
     # The config is bind-mounted read-only, so AlterClientQuotas must keep its state elsewhere.
     state_file = PurePosixPath(str(default_state_file(CONFIG_PATH_IN_CONTAINER, s.quota)))
-    for _, target in bind_mounts(service("proxy")):
+    for _, target in bind_mounts(service(replica)):
         assert not state_file.is_relative_to(PurePosixPath(target).parent), state_file
 
 
@@ -724,7 +911,8 @@ def test_compose_proxy_config_has_an_example_quota() -> None:
 
 
 def test_k8s_documents() -> None:
-    assert [doc["kind"] for doc in k8s_documents()] == ["ConfigMap", "Deployment"]
+    assert [doc["kind"] for doc in k8s_documents()] == ["ConfigMap", "Secret", "Service", "StatefulSet",
+                                                         "Deployment"]
     assert [c["name"] for c in k8s_pod_spec()["containers"]] == ["app", "kafka-quota-proxy"]
 
 
@@ -732,7 +920,9 @@ def test_k8s_config_map_is_mounted_where_the_proxy_reads_it() -> None:
     config_map = k8s_kind("ConfigMap")
     proxy = k8s_container("kafka-quota-proxy")
     assert proxy["args"] == ["--config", CONFIG_PATH_IN_CONTAINER]
-    (mount,) = proxy["volumeMounts"]
+    (mount,) = [m for m in proxy["volumeMounts"]
+                if m["mountPath"] == str(PurePosixPath(CONFIG_PATH_IN_CONTAINER).parent)]
+    assert mount["readOnly"] is True
     (volume,) = [v for v in k8s_pod_spec()["volumes"] if v["name"] == mount["name"]]
     assert volume["configMap"]["name"] == config_map["metadata"]["name"]
     (item,) = volume["configMap"]["items"]
@@ -787,3 +977,78 @@ def test_k8s_proxy_resources_and_security() -> None:
     assert security["runAsNonRoot"] is True
     # The image's USER, so the pod does not run the proxy as some other uid by accident.
     assert f"{security['runAsUser']}:{security['runAsGroup']}" == dict(dockerfile_stages()[-1])["USER"]
+
+
+def test_k8s_sidecar_config_passes_check_config(k8s_config_file: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    out = check_config(k8s_config_file, capsys)
+    assert "quota state shared through redis://valkey:6379" in out
+    assert "warning" not in out
+
+
+def test_k8s_sidecars_take_no_quota_changes_from_their_pods(k8s_settings: Settings) -> None:
+    # The application shares the sidecar's loopback, and a change at one sidecar would hold at all.
+    policy, warnings = management_policy(k8s_settings)
+    assert policy == "quota management: alter by nobody; describe by nobody"
+    assert warnings == []
+    quotas = validate_quota_entries(k8s_settings.quotas, str(K8S_SIDECAR))
+    assert quotas, "the ConfigMap is where the sidecars' quotas come from; it should show one"
+
+
+def test_k8s_store_url_names_the_valkey_service(k8s_settings: Settings) -> None:
+    store = k8s_settings.store
+    assert store is not None and not store.cluster
+    host, port = valkey_host_port(store.url)
+    service_doc, valkey = k8s_kind("Service"), k8s_kind("StatefulSet")
+    assert host == service_doc["metadata"]["name"]  # the short name: the same namespace
+    (service_port,) = service_doc["spec"]["ports"]
+    assert service_port["port"] == port
+    pod_labels = valkey["spec"]["template"]["metadata"]["labels"]
+    assert service_doc["spec"]["selector"].items() <= pod_labels.items()
+    assert valkey["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    container_ports = {p["name"]: p["containerPort"] for p in k8s_valkey_container()["ports"]}
+    assert container_ports[service_port["targetPort"]] == VALKEY_PORT
+    # Exactly one Valkey, ever: two would each see only the sidecars connected to them.
+    assert valkey["spec"]["replicas"] == 1 and valkey["spec"]["serviceName"] == host
+
+
+def test_k8s_store_password_comes_from_the_secret(k8s_settings: Settings) -> None:
+    store = k8s_settings.store
+    assert store is not None and store.password_env
+    assert urlsplit(store.url).password is None
+    secret = k8s_kind("Secret")
+    ref = secret_ref(k8s_container("kafka-quota-proxy"), store.password_env)
+    assert ref["name"] == secret["metadata"]["name"]
+    assert ref["key"] in secret.get("stringData", secret.get("data", {}))
+    # Valkey requires the same password, and its probe gives it.
+    valkey = k8s_valkey_container()
+    (variable,) = [e["name"] for e in valkey["env"] if e["valueFrom"]["secretKeyRef"] == ref]
+    args = valkey["args"]
+    assert args[0] == "valkey-server" and args[args.index("--requirepass") + 1] == f"$({variable})"
+    probe = valkey["readinessProbe"]["exec"]["command"]
+    assert probe[:2] == ["sh", "-c"] and f'-a "${variable}" ping' in probe[2]
+
+
+def test_k8s_valkey_image_and_security() -> None:
+    valkey = k8s_valkey_container()
+    assert VALKEY_IMAGE.fullmatch(valkey["image"]), valkey["image"]
+    assert valkey["image"] == service("valkey")["image"]  # the one the compose demo runs
+    security = valkey["securityContext"]
+    assert security["runAsNonRoot"] is True and security["readOnlyRootFilesystem"] is True
+    # The image's entrypoint refuses to start unless its working directory, /data, is writable.
+    (data,) = valkey["volumeMounts"]
+    assert data["mountPath"] == "/data" and not data.get("readOnly", False)
+    (volume,) = k8s_kind("StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    assert volume == {"name": data["name"], "emptyDir": {}}
+
+
+def test_k8s_quota_state_file_is_on_a_writable_volume(k8s_settings: Settings) -> None:
+    # Quotas shared through the store are written to the state file as they arrive; a replica
+    # that cannot write it describes them but does not enforce them.
+    state = PurePosixPath(str(default_state_file(CONFIG_PATH_IN_CONTAINER, k8s_settings.quota)))
+    proxy = k8s_container("kafka-quota-proxy")
+    assert proxy["securityContext"]["readOnlyRootFilesystem"] is True
+    (mount,) = [m for m in proxy["volumeMounts"] if state.is_relative_to(m["mountPath"])]
+    assert not mount.get("readOnly", False)
+    (volume,) = [v for v in k8s_pod_spec()["volumes"] if v["name"] == mount["name"]]
+    assert "emptyDir" in volume

@@ -1,7 +1,7 @@
 """Whole-proxy fuzz: mutated real sessions sent to a running proxy in front of Tansu, while an
 idempotent producer on the same proxy sends a numbered sequence and a consumer reads it back.
 
-    python -m tests.fuzz.proxy_fuzz [--seconds 300] [--senders 3]
+    python -m tests.fuzz.proxy_fuzz [--seconds 300] [--senders 3] [--record sessions.log]
 
 The sessions are built from the recorded corpus (tests/fuzz/corpus): the request frames real
 clients sent, and the first bytes of their connections. Each session is one connection that
@@ -10,6 +10,10 @@ at a random point, mutated streams, a valid frame followed by garbage, or garbag
 reads what comes back for a moment and closes. At the end: every record of the sequence was
 delivered once and in order, the proxy is still running and answers Metadata, and its log
 holds no traceback. Prints the counts and the proxy's protocol errors by kind (/metrics).
+
+With --record, every session's bytes are written (and flushed) before they are sent, one line
+each, and the moment Tansu dies is marked: `python -m tests.fuzz.isolate` replays such a file to
+find the request that killed it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
 
 from devkit.processes import LOOPBACK, ProxyProcess
 from devkit.tansu import Broker
@@ -78,8 +84,43 @@ class Tally:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+class SessionLog:
+    """Every session's bytes, written and flushed before they are sent, so that what a dead
+    broker was sent survives it: one line per session, `<seconds> <port> <kind> <hex>`, and a
+    `# broker died` line when the broker is seen dead."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.start = time.monotonic()
+        self.lock = threading.Lock()
+
+    def session(self, port: int, kind: str, data: bytes) -> None:
+        with self.lock:
+            self.out.write(f"{time.monotonic() - self.start:.3f} {port} {kind} {data.hex()}\n")
+            self.out.flush()
+
+    def note(self, text: str) -> None:
+        with self.lock:
+            self.out.write(f"# {time.monotonic() - self.start:.3f} {text}\n")
+            self.out.flush()
+
+
+def read_sessions(path: Path) -> list[tuple[float, int, str, bytes]]:
+    """The sessions of a SessionLog file, in the order they were sent, up to the broker's death
+    if it is marked (a session that started after it cannot have killed it)."""
+    out = []
+    for line in path.read_text().splitlines():
+        if line.startswith("#"):
+            if "broker died" in line:
+                break
+            continue
+        at, port, kind, data = line.split(" ")
+        out.append((float(at), int(port), kind, bytes.fromhex(data)))
+    return out
+
+
 def session(address: tuple[str, int], rng: random.Random, frames: list[bytes], streams: list[bytes],
-            tally: Tally) -> None:
+            tally: Tally, record: SessionLog | None = None) -> None:
     kind = rng.choice(KINDS)
     if kind == "fuzzed_bodies":
         chosen = [_fuzz_body(rng.choice(frames), rng, frames) for _ in range(rng.randint(1, 5))]
@@ -105,6 +146,8 @@ def session(address: tuple[str, int], rng: random.Random, frames: list[bytes], s
     else:
         data = rng.randbytes(rng.randint(1, 256))
         chosen = []
+    if record is not None:
+        record.session(address[1], kind, data)
     closed = answered = False
     try:
         with socket.create_connection(address, timeout=2) as sock:
@@ -259,8 +302,10 @@ def _start_proxy(broker: Broker, node_id: int, attempts: int = 3) -> ProxyProces
     raise AssertionError("unreachable")
 
 
-def fuzz_proxy(broker: Broker, node_id: int, seconds: float, senders: int = 3, seed: int = 0) -> Report:
-    """Run the whole-proxy fuzz against a fresh proxy in front of `broker`."""
+def fuzz_proxy(broker: Broker, node_id: int, seconds: float, senders: int = 3, seed: int = 0,
+               record: SessionLog | None = None) -> Report:
+    """Run the whole-proxy fuzz against a fresh proxy in front of `broker`; with `record`,
+    every session is logged before it is sent."""
     proxy = _start_proxy(broker, node_id)
     try:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -280,9 +325,17 @@ def fuzz_proxy(broker: Broker, node_id: int, seconds: float, senders: int = 3, s
             # the bootstrap listener and the broker's own port both take the sessions
             addresses = [(LOOPBACK, proxy.port), (LOOPBACK, proxy.node_port)]
             while not stop.is_set():
-                session(rng.choice(addresses), rng, frames, streams, tally)
+                session(rng.choice(addresses), rng, frames, streams, tally, record)
+
+        def watch_broker() -> None:
+            while not stop.wait(0.05):
+                if broker.stopped:
+                    if record is not None:
+                        record.note(f"broker died: {broker.log_tail(1)}")
+                    return
 
         threads = [threading.Thread(target=sender, args=(i,)) for i in range(senders)]
+        threads.append(threading.Thread(target=watch_broker))
         for t in threads:
             t.start()
         time.sleep(seconds)
@@ -312,12 +365,17 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--senders", type=int, default=3, help="fuzzing clients side by side")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--record", type=Path, help="log every session's bytes to this file (SessionLog)")
     args = parser.parse_args()
     broker = Broker().start()
+    out = args.record.open("w") if args.record else None
     try:
-        report = fuzz_proxy(broker, broker.node_id(), args.seconds, args.senders, args.seed)
+        record = SessionLog(out) if out is not None else None
+        report = fuzz_proxy(broker, broker.node_id(), args.seconds, args.senders, args.seed, record)
     finally:
         broker.stop()
+        if out is not None:
+            out.close()
     print(report.summary())
     problems = report.problems()
     for problem in problems:

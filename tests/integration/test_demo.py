@@ -69,3 +69,15 @@ def test_demo_runs_throttles_and_cleans_up() -> None:
     with pytest.raises(ProcessLookupError):
         os.kill(int(broker[1]), 0)
     assert "stopped; proxy stopped; clients closed" in out
+
+
+def test_replicas_demo_shows_the_quota_multiplied_then_shared() -> None:
+    result = subprocess.run([sys.executable, "-m", "devkit.demo", "--replicas", "2"],
+                            cwd=REPO, capture_output=True, text=True, timeout=240)
+    out = result.stdout
+    print(out)
+    assert result.returncode == 0, f"exit {result.returncode}\n{out}\n{result.stderr}"
+    assert "1. Without a store: 2 proxy processes" in out
+    assert "2. With a shared Valkey" in out
+    assert "x the quota: each replica enforces it alone" in out
+    assert "x the quota: the replicas enforce it together" in out

@@ -190,8 +190,10 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
         f"{path}: OK",
         "  listen 0.0.0.0:19092, upstream k1:9092, k2:9092",
         "  clients are told host proxy.example; broker N on port 19093+N",
+        "  1 worker process",
         "  quota management: alter by nobody; describe by nobody; and ANONYMOUS from loopback "
         "(no client authentication configured)",
+        "  quota state: this process's own (no store:)",
     ]
 
 

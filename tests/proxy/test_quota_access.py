@@ -235,10 +235,11 @@ def test_check_config_says_who_may_and_warns_when_open_to_everyone(
     path.write_text("upstream: kafka:9092\nsasl: {mode: passthrough}\nquota: {alter_principals: ['*']}\n")
     assert main(["check-config", str(path)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[-2:] == [
+    assert out[-3:] == [
         "  quota management: alter by everyone; describe by everyone",
         '  warning: quota.alter_principals is ["*"] while clients authenticate: every client, tenants '
-        "included, may change every quota; name the admin principals instead"]
+        "included, may change every quota; name the admin principals instead",
+        "  quota state: this process's own (no store:)"]
 
 
 def test_start_says_who_may_and_warns_when_open_to_everyone(tmp_path: Path,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import logging
+import struct
+from pathlib import Path
+
 import pytest
 
 from kafka_quota_proxy.protocol.apis import codec
@@ -126,22 +130,60 @@ def test_alter_principals_refuses_everyone_else() -> None:
 
 
 @pytest.mark.parametrize(("api_key", "version", "name"), [
-    (19, 6, "CreateTopicsRequest"), (20, 5, "DeleteTopicsRequest"), (37, 3, "CreatePartitionsRequest"),
-    (48, 1, "DescribeClientQuotasRequest"), (49, 0, "AlterClientQuotasRequest")])
-def test_a_body_that_does_not_decode_closes_that_connection(api_key: int, version: int, name: str,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+    (19, 6, "CreateTopics"), (20, 5, "DeleteTopics"), (37, 3, "CreatePartitions"),
+    (48, 1, "DescribeClientQuotas"), (49, 0, "AlterClientQuotas")])
+def test_a_body_whose_lengths_do_not_fit_closes_that_connection(api_key: int, version: int, name: str,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    # Refused by the WellFormed stage before a stage decodes it: its first count (0x02056162 or
+    # a compact 1) runs past the 4 bytes there are.
     async def scenario() -> None:
         async with running(quotas=MUTATION_QUOTA) as h:
             c = await connect(h)
             c.writer.write(request_frame(api_key, version, 1, b"\x02\x05abc", client_id=b"c",
                                          flexible=codec()[api_key].is_flexible(version)))
             assert await is_closed(c.reader)
+            assert h.errors("truncated") == 1
+            assert broker_frames(h) == []
+    with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
+        run(scenario())
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
+    assert f"(ANONYMOUS, bootstrap): truncated: {name} v{version}: " in warning
+
+
+def test_a_body_that_does_not_decode_closes_that_connection(caplog: pytest.LogCaptureFixture) -> None:
+    # Every length true, but the topic name is not UTF-8: the stages' decode refuses it.
+    body = struct.pack(">ih", 1, 1) + b"\xff" + struct.pack(">ihiiib", 1, 1, 0, 0, 0, 0)
+    async def scenario() -> None:
+        async with running(quotas=MUTATION_QUOTA) as h:
+            c = await connect(h)
+            c.writer.write(request_frame(19, 4, 1, body, client_id=b"c"))
+            assert await is_closed(c.reader)
             assert h.errors("malformed") == 1
             assert broker_frames(h) == []
     with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
         run(scenario())
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname in ("WARNING", "ERROR")]
-    assert f"(ANONYMOUS, bootstrap): malformed: cannot decode {name} v{version}: " in warning
+    assert "(ANONYMOUS, bootstrap): malformed: cannot decode CreateTopicsRequest v4: " in warning
+
+
+# --- Found by the whole-proxy fuzz (make fuzz-proxy) --------------------------------------------
+
+def test_a_quota_value_that_is_not_a_number_is_refused_and_audited(caplog: pytest.LogCaptureFixture) -> None:
+    # A fuzzed AlterClientQuotas asked for NaN: refused as Kafka refuses it, but the audit line
+    # formatting the value asked for raised ValueError (int(nan)) out of the stage: a traceback
+    # in the log, "Task exception was never retrieved". inf raised OverflowError the same way.
+    async def scenario() -> None:
+        async with running(Script()) as h:
+            c = await connect(h)
+            for value in (float("nan"), float("inf"), float("-inf")):
+                result = await c.call(alter([([("client-id", "c")], [("producer_byte_rate", value, False)])]))
+                assert [code for code, _ in alter_results(result)] == [42]
+            c.close()
+    with caplog.at_level("INFO", logger="kafka_quota_proxy"):
+        run(scenario())
+    assert "Traceback" not in caplog.text
+    audit = [r.getMessage() for r in caplog.records if r.name == "kafka_quota_proxy.audit"]
+    assert [line.split(" new=")[1].split(" ")[0] for line in audit] == ["nan", "inf", "-inf"]
 
 
 # --- Found by the coverage-guided fuzzer (make fuzz) --------------------------------------------
@@ -170,3 +212,19 @@ def test_a_null_quota_array_is_a_protocol_error(frame: bytes, caplog: pytest.Log
 
     run(scenario())
     assert "Traceback" not in caplog.text and "null" in caplog.text
+
+
+def test_quotas_adopted_from_a_shared_store_are_in_force_even_when_the_state_file_cannot_be_written(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from kafka_quota_proxy.config.quota_state import change_field
+    from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+    from kafka_quota_proxy.quota.resolution import QuotaStore
+
+    store = QuotaStore()
+    unwritable = tmp_path / "missing-dir" / "state.json"
+    control = QuotaControl(store, {}, unwritable)
+    field, value = change_field(QuotaEntity(user="alice"), QuotaKey.PRODUCER_BYTE_RATE, 4096.0)
+    with caplog.at_level(logging.ERROR, logger="kafka_quota_proxy"):
+        assert control.adopt_shared({field: value}) == []
+    assert store.get(QuotaEntity(user="alice")) == {QuotaKey.PRODUCER_BYTE_RATE: 4096.0}
+    assert "not saved locally" in caplog.text

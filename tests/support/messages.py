@@ -35,9 +35,11 @@ MAX_BYTES = 140
 _INTS = {Int8: 8, Int16: 16, Int32: 32, Int64: 64}
 
 
-def _simple(field: Any, version: int) -> st.SearchStrategy[Any]:
+def _simple(field: Any, version: int, element: bool = False) -> st.SearchStrategy[Any]:
     codec = field._type
-    nullable = field.nullable_for_version_q(version)
+    # An array's elements are never null in Kafka, whatever the array is (its parser refuses a
+    # null element); kafka-python gives the elements the array's nullability.
+    nullable = field.nullable_for_version_q(version) and not element
     if codec in _INTS:
         bits = _INTS[codec]
         return st.integers(-(2 ** (bits - 1)), 2 ** (bits - 1) - 1)
@@ -69,7 +71,7 @@ def _field(field: Any, version: int) -> st.SearchStrategy[Any]:
     if field.is_struct_array():
         return _array(field, version, _struct(field.data_class, field, version))
     if field.is_array():
-        return _array(field, version, _simple(field.array_of, version))
+        return _array(field, version, _simple(field.array_of, version, element=True))
     if field.is_struct():
         inner = _struct(field.data_class, field, version)
         return st.none() | inner if field.nullable_for_version_q(version) else inner

@@ -28,6 +28,7 @@ from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.rate import Rate
 from kafka_quota_proxy.quota.resolution import sanitize_user
+from kafka_quota_proxy.quota.shared import SharedRate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
 
 P = METRIC_PREFIX
@@ -75,6 +76,9 @@ class QuotaCollector(Collector):
                                    labels=LABELS)
         limit = GaugeMetricFamily(P + "quota_limit", "The quota in force for a measured entity",
                                   labels=["quota_type", *LABELS])
+        local_rate = GaugeMetricFamily(P + "byte_rate_local", "With a shared store: this replica's "
+                                       "own part of byte_rate (byte_rate is every replica's)",
+                                       labels=["quota_type", *LABELS])
         for scope, managers in engine.scopes():
             for manager, family in ((managers.produce, byte_rate), (managers.fetch, byte_rate),
                                     (managers.request, request_time)):
@@ -85,6 +89,8 @@ class QuotaCollector(Collector):
                         continue
                     if family is byte_rate:
                         family.add_metric([manager.key.value, *labels], stat.measure(now))
+                        if isinstance(stat, SharedRate):
+                            local_rate.add_metric([manager.key.value, *labels], Rate.measure(stat, now))
                     else:
                         family.add_metric(labels, stat.measure(now))
                     bound = manager.resolver.quota((user, client))
@@ -96,7 +102,7 @@ class QuotaCollector(Collector):
                     tokens.add_metric([scope, user, client], stat.tokens(now))
                     mutation_rate.add_metric([scope, user, client], stat.rate_per_s)
         yield from self._producer_ids(now, limit)
-        yield from (byte_rate, request_time, mutation_rate, tokens, limit)
+        yield from (byte_rate, local_rate, request_time, mutation_rate, tokens, limit)
 
         throttle_ms = CounterMetricFamily(P + "throttle_time_ms", "Throttle time applied (or, in "
                                           "observe mode, that would have been)", labels=[

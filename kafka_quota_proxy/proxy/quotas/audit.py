@@ -10,13 +10,14 @@ credentials, only principal names.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 
 log = logging.getLogger("kafka_quota_proxy.audit")
 
-API, FILE = "api", "file"
+API, FILE, STORE = "api", "file", "store"
 ACCEPTED, REFUSED, VALIDATED = "accepted", "refused", "validated"  # validated: validate_only
 
 Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
@@ -25,6 +26,8 @@ Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
 def _value(value: float | None) -> str:
     if value is None:
         return "none"
+    if not math.isfinite(value):  # asked for, and refused: int() of it would raise
+        return repr(value)
     return str(int(value)) if value == int(value) and abs(value) < 2**53 else repr(value)
 
 
@@ -50,11 +53,20 @@ class QuotaAudit:
 
     def file_reload(self, path: str, before: Quotas, after: Quotas) -> None:
         """Every key an edit of the config file changed, in a stable order."""
+        self._changes(FILE, "config-file", path, before, after)
+
+    def shared_change(self, before: Quotas, after: Quotas) -> None:
+        """Every key that changed here because another replica changed it in the shared store
+        (that replica's own audit line names who asked)."""
+        self._changes(STORE, "another-replica", "quota-store", before, after)
+
+    def _changes(self, source: str, principal: str, address: str, before: Quotas,
+                 after: Quotas) -> None:
         for entity in sorted(set(before) | set(after), key=lambda e: e.describe()):
             old, new = before.get(entity, {}), after.get(entity, {})
             for key in sorted(set(old) | set(new)):
                 if old.get(key) != new.get(key):
-                    self.record(FILE, ACCEPTED, "config-file", path, entity.describe(), key.value,
+                    self.record(source, ACCEPTED, principal, address, entity.describe(), key.value,
                                 old.get(key), new.get(key))
 
     def file_refused(self, path: str, reason: str) -> None:

@@ -8,10 +8,19 @@ touched. Deleting the state file (with the proxy stopped) hands every key back t
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kafka_quota_proxy.config.quota_state import ApiQuotaLayer, load_state, save_state
+from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.quota_state import (
+    ApiQuotaLayer,
+    change_field,
+    layer_fields,
+    layer_from_fields,
+    load_state,
+    save_state,
+)
 from kafka_quota_proxy.proxy.quotas.audit import QuotaAudit
 from kafka_quota_proxy.quota.admin_api import (
     AlterResult,
@@ -27,6 +36,8 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 
 Quotas = dict[QuotaEntity, dict[QuotaKey, float]]
 
+log = logging.getLogger("kafka_quota_proxy")
+
 
 class QuotaControl:
     """The quotas in force: the config file's, then those set through the API (kept in the state file)."""
@@ -38,6 +49,8 @@ class QuotaControl:
         self.state_path = state_path
         self.layer = load_state(state_path) if state_path is not None else ApiQuotaLayer({}, {})
         self.file_quotas: Quotas = {e: dict(v) for e, v in file_quotas.items()}
+        # With a shared store: API changes not yet written there, as store fields, in order.
+        self._unshared: list[tuple[str, str]] = []
         self._apply()
 
     def effective(self) -> Quotas:
@@ -63,7 +76,48 @@ class QuotaControl:
             return result
         for change in result.changes:
             self.layer.apply(change.entity, change.key, change.value)
+            self._unshared.append(change_field(change.entity, change.key, change.value))
         if self.state_path is not None:
             save_state(self.state_path, self.layer)
         self._apply()
         return result
+
+    # -- the shared store (proxy/store/sync.py) ---------------------------------------------------
+
+    def take_unshared(self) -> list[tuple[str, str]]:
+        """API changes made here and not yet written to the store (handed back if the write fails)."""
+        taken, self._unshared = self._unshared, []
+        return taken
+
+    def give_back(self, changes: list[tuple[str, str]]) -> None:
+        self._unshared[:0] = changes
+
+    def all_fields(self) -> list[tuple[str, str]]:
+        """This replica's whole API layer, to seed a store that has none."""
+        return layer_fields(self.layer)
+
+    def adopt_shared(self, fields: dict[str, str]) -> list[str]:
+        """The store's API layer replaces this replica's, with this replica's own unwritten
+        changes on top; the state file follows. Returns the fields that were not understood."""
+        layer, skipped = layer_from_fields(fields)
+        if self._unshared:
+            mine, _ = layer_from_fields(dict(self._unshared))
+            for entity, values in mine.values.items():
+                for key, value in values.items():
+                    layer.apply(entity, key, value)
+            for entity, keys in mine.removed.items():
+                for key in keys:
+                    layer.apply(entity, key, None)
+        if layer == self.layer:
+            return skipped
+        before = self.effective()
+        self.layer = layer
+        after = self.effective()
+        self.audit.shared_change(before, after)
+        self._apply()  # in force first: a state file that cannot be written must not stop that
+        if self.state_path is not None:
+            try:
+                save_state(self.state_path, self.layer)
+            except ConfigError as exc:
+                log.error("quotas from the store are in force but not saved locally: %s", exc)
+        return skipped

@@ -27,7 +27,8 @@ from kafka_quota_proxy.quota.managers import (
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.resolution import QuotaStore
-from kafka_quota_proxy.quota.sensors import LocalSensors
+from kafka_quota_proxy.quota.sensors import LocalSensors, StatFactory
+from kafka_quota_proxy.quota.shared import ScopedShared, SharedIds, SharedQuotas
 
 EXPIRY_MS = 3_600_000  # Kafka expires idle quota sensors after an hour
 
@@ -104,13 +105,28 @@ class QuotaEngine:
     """Everything quota-related the proxy holds: configured quotas, managers, switches."""
 
     def __init__(self, settings: QuotaSettings, store: QuotaStore,
-                 clock: Callable[[], int] = monotonic_ms) -> None:
+                 clock: Callable[[], int] = monotonic_ms, shared_buckets: int | None = None,
+                 share_proxy_scope: bool = False) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.config = MetricConfig(samples=settings.window_num, window_ms=settings.window_ms)
         pid = settings.producer_ids
         self.producer_id_config = MetricConfig(samples=pid.window_num, window_ms=pid.window_ms)
+        # With a shared store (`store:`), byte rates and controller mutations of scopes `broker`
+        # and `cluster` are measured across replicas (docs/cluster-quotas.md); None: this
+        # process alone.
+        self.shared: SharedQuotas | None = None
+        # Scope `proxy` is one process's budget, but the workers of one --workers proxy share it.
+        self.share_proxy_scope = share_proxy_scope
+        # Producer-id rates have their own windows (an hour), so their own registry; and the ids
+        # counted here, to be checked against the other replicas'.
+        self.shared_id_rates: SharedQuotas | None = None
+        self.shared_ids: SharedIds | None = None
+        if shared_buckets:
+            self.shared = SharedQuotas(self.config, shared_buckets)
+            self.shared_id_rates = SharedQuotas(self.producer_id_config, shared_buckets, self.shared.clock)
+            self.shared_ids = SharedIds(self.producer_id_config.window_ms, self.shared.clock)
         # A secret seed per process: a client cannot choose producer ids whose filter bits are
         # already set, to pass as seen.
         self.producer_id_seed = secrets.randbits(32)
@@ -188,28 +204,39 @@ class QuotaEngine:
     # -- managers ---------------------------------------------------------------------------------
 
     def scope(self, broker: str) -> ScopeManagers:
-        key = "proxy" if self.settings.scope == "proxy" else broker
+        scope = self.settings.scope
+        key = broker if scope == "broker" else scope
         found = self._scopes.get(key)
         if found is None:
             found = self._scopes[key] = ScopeManagers(
                 produce=ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE, self.store, self.config,
-                                           self._new_sensors()),
+                                           self._new_sensors(), self._stats("produce", key)),
                 fetch=ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, self.store, self.config,
-                                         self._new_sensors()),
+                                         self._new_sensors(), self._stats("fetch", key)),
                 request=ClientRequestQuotaManager(self.store, self.config, self._new_sensors()),
-                mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors()),
-                producer_ids=self._producer_id_manager(),
+                mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors(),
+                                                        self._stats("mutation", key)),
+                producer_ids=self._producer_id_manager(key),
             )
         return found
 
-    def _producer_id_manager(self) -> ProducerIdQuotaManager:
+    def _stats(self, kind: str, scope: str) -> StatFactory | None:
+        if self.shared is None or (scope == "proxy" and not self.share_proxy_scope):
+            return None
+        return ScopedShared(self.shared, kind, scope)
+
+    def _producer_id_manager(self, scope: str) -> ProducerIdQuotaManager:
         s = self.settings.producer_ids
         cache = ProducerIdCache(s.window_ms, s.expected_ids_per_window, s.false_positive_rate, s.max_users,
                                 s.max_bits_per_user, self.producer_id_seed)
         sensors = LocalSensors(self.producer_id_config, max_entities=self.settings.max_tracked_entities,
                                expiry_ms=max(EXPIRY_MS, s.window_num * s.window_ms))
         self._sensors.append(sensors)
-        return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache)
+        shared = self.shared_id_rates
+        if shared is None or (scope == "proxy" and not self.share_proxy_scope):
+            return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache)
+        return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache,
+                                      ScopedShared(shared, "pids", scope), self.shared_ids)
 
     def tracks_producer_ids(self) -> bool:
         """Whether any scope's seen-id cache holds a user (its cleanup then has work)."""

@@ -1,0 +1,146 @@
+"""How closely proxy replicas sharing one Valkey hold one producer quota together.
+
+R proxy processes (`store:` on one real Valkey, `quota.scope: cluster`) in front of one Tansu;
+one librdkafka producer per replica, all with the client-id that has a 1 MiB/s
+`producer_byte_rate`. Three traffic shapes:
+
+- even: every producer flat out;
+- skewed: one producer flat out (the hot replica), the others at 5% of the quota each;
+- shifting: one producer flat out at a time, the hot spot moving to the next replica every 10 s.
+
+The producers' acknowledged bytes, summed across replicas every 0.25 s, give the aggregate rate
+over the measured period (after a warm-up that lets the first burst, which Kafka's rate allows a
+new client, be paid back) and the largest sum in any sliding 11 s window. Targets (issue 14):
+the aggregate within 5% of the quota, no 11 s window over 1.3 times the quota's worth.
+
+    python -m bench.shared_accuracy                      # 3 and 10 replicas, 75 s per shape
+    python -m bench.shared_accuracy --replicas 2 --seconds 20 --warm-up 10   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from devkit.processes import ProxyProcess
+from devkit.producing import Timeline, produce
+from devkit.tansu import Broker
+from devkit.valkey import ValkeyServer
+
+MIB = 1024 * 1024
+QUOTA = MIB
+CLIENT_ID = "shared-tenant"
+SLIDING_S = 11.0
+SHAPES = ("even", "skewed", "shifting")
+
+
+def _pace(shape: str, index: int, replicas: int) -> Callable[[float], float | None]:
+    """Bytes/s producer `index` may send at each moment (None: flat out; 0: idle)."""
+    def pace(elapsed: float) -> float | None:
+        if shape == "even":
+            return None
+        if shape == "skewed":
+            return None if index == 0 else 0.05 * QUOTA
+        hot = int(elapsed // 10) % replicas
+        return None if index == hot else 0.0
+    return pace
+
+
+@dataclass
+class Result:
+    replicas: int
+    shape: str
+    rate: float  # bytes/s over the measured period
+    worst_window: float  # bytes in the fullest sliding 11 s window
+    errors: int
+    store_errors: int  # failed syncs, all replicas
+    degradations: int  # times a replica went degraded
+
+
+def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
+              seconds: float, warm_up: float) -> Result:
+    prefix = f"acc{replicas}{shape}{int(time.time())}"
+    config = {"quota": {"scope": "cluster"},
+              "quotas": [{"client-id": CLIENT_ID, "producer_byte_rate": QUOTA}],
+              "store": {"url": valkey.url, "key_prefix": prefix}}
+    with ExitStack() as stack:
+        proxies = []
+        for _ in range(replicas):
+            p = ProxyProcess(broker.address, node_id, extra_config=config).start()
+            stack.callback(p.stop)
+            proxies.append(p)
+        topic = f"acc-{prefix}"
+        admin = AdminClient({"bootstrap.servers": proxies[0].bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        total = warm_up + seconds
+        start = time.monotonic() + 0.5
+        timelines = [Timeline() for _ in proxies]
+        threads = [threading.Thread(target=produce, daemon=True, args=(
+            p.bootstrap, topic, CLIENT_ID, start, total, timelines[i], _pace(shape, i, replicas)))
+            for i, p in enumerate(proxies)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(total + 120)
+        # How often the replicas could not sync in time (each failure leaves the others' bytes
+        # one more interval late; two in a row degrade the replica to its local share).
+        store_errors = sum(int(p.metric("kafka_quota_proxy_store_errors_total")) for p in proxies)
+        degradations = sum(p.log_text().count("failed twice") for p in proxies)
+
+    def acked(t: float) -> int:
+        return sum(tl.at(t) for tl in timelines)
+
+    rate = (acked(total) - acked(warm_up)) / seconds
+    worst = 0
+    at = warm_up
+    while at + SLIDING_S <= total:
+        worst = max(worst, acked(at + SLIDING_S) - acked(at))
+        at += 0.25
+    return Result(replicas, shape, rate, worst, sum(tl.errors for tl in timelines), store_errors,
+                  degradations)
+
+
+def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
+        warm_up: float = 15.0) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    with ExitStack() as stack:
+        broker = Broker().start()
+        stack.callback(broker.stop)
+        valkey = ValkeyServer().start()
+        stack.callback(valkey.stop)
+        node_id = broker.node_id()
+        for replicas in fleets:
+            for shape in shapes:
+                r = run_shape(broker, node_id, valkey, replicas, shape, seconds, warm_up)
+                rows.append((f"{replicas} replicas, {shape}: aggregate over {seconds:.0f} s",
+                             f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
+                rows.append((f"{replicas} replicas, {shape}: fullest {SLIDING_S:.0f} s window",
+                             f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth"))
+                rows.append((f"{replicas} replicas, {shape}: failed syncs, degradations",
+                             f"{r.store_errors}, {r.degradations}"))
+                if r.errors:
+                    rows.append((f"{replicas} replicas, {shape}: delivery errors", str(r.errors)))
+    rows.append(("load average at the end", " ".join(f"{x:.1f}" for x in os.getloadavg())))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.shared_accuracy")
+    ap.add_argument("--replicas", type=int, nargs="*", default=[3, 10])
+    ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=SHAPES)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--warm-up", type=float, default=15.0)
+    args = ap.parse_args()
+    for name, value in run(args.replicas, args.shapes, args.seconds, args.warm_up):
+        print(f"{name:55s} {value}")
+
+
+if __name__ == "__main__":
+    main()

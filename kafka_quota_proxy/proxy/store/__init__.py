@@ -1,0 +1,1 @@
+"""Quota state shared with other proxy replicas through Valkey/Redis."""

@@ -1,0 +1,148 @@
+"""The Lua scripts the sync runs on Valkey/Redis, and the key names they touch.
+
+Every key of one bucket carries the bucket's hash tag, `{<prefix>:b<n>}`, so on a Valkey Cluster
+one sync of a bucket is one script call on one node. Per bucket:
+
+- `{p:bN}:c:<sample>`: a HASH, field "<entity>\\x1e<replica>" = that replica's absolute bytes in
+  the aligned sample. Absolute, so a retried write never counts twice.
+- `{p:bN}:t:<sample>`: a HASH, field "<entity>" = the sum over replicas, kept by the script
+  (HINCRBY by the change of a replica's absolute value).
+- `{p:bN}:r`: a HASH of the replicas that wrote to the bucket: a replica that wrote before and
+  finds itself missing knows the store lost its writes, and writes everything retained again.
+
+Every key expires (PEXPIRE) two windows after the last sample it could count in: dead replicas'
+numbers leave with their samples.
+
+Outside the buckets: `{p}:replicas`, a sorted set of replica heartbeats (score: the server's
+time in ms), and `{p}:quotas` / `{p}:quotas:v`, the quotas set through the API and their version.
+"""
+
+from __future__ import annotations
+
+SEP_REPLICA = "\x1e"
+
+# KEYS[1] = the bucket's replica set; then per sample: KEYS[2i] contributions, KEYS[2i+1] totals.
+# ARGV: replica, ttl_ms, n_samples, wrote_before (0/1), n_writes, (sample_pos, entity, value)*,
+#       n_reads, (entity, n, sample_pos*)*
+# Returns: {lost (0/1), totals...} with one total per (read entity, sample) in the order asked.
+SYNC_BUCKET = """
+local replica = ARGV[1]
+local ttl = tonumber(ARGV[2])
+local n_samples = tonumber(ARGV[3])
+local lost = 0
+if ARGV[4] == '1' and redis.call('HEXISTS', KEYS[1], replica) == 0 then
+  lost = 1
+end
+redis.call('HSET', KEYS[1], replica, '1')
+redis.call('PEXPIRE', KEYS[1], ttl)
+local touched = {}
+local i = 6
+local n_writes = tonumber(ARGV[5])
+for _ = 1, n_writes do
+  local pos = tonumber(ARGV[i])
+  local entity = ARGV[i + 1]
+  local value = tonumber(ARGV[i + 2])
+  i = i + 3
+  local ckey = KEYS[2 * pos]
+  local tkey = KEYS[2 * pos + 1]
+  local field = entity .. '\\30' .. replica
+  local old = tonumber(redis.call('HGET', ckey, field) or '0')
+  if value ~= old then
+    redis.call('HSET', ckey, field, ARGV[i - 1])
+    redis.call('HINCRBY', tkey, entity, value - old)
+    touched[pos] = true
+  end
+end
+for pos, _ in pairs(touched) do
+  redis.call('PEXPIRE', KEYS[2 * pos], ttl)
+  redis.call('PEXPIRE', KEYS[2 * pos + 1], ttl)
+end
+local out = {lost}
+local n_reads = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, n_reads do
+  local entity = ARGV[i]
+  local n = tonumber(ARGV[i + 1])
+  i = i + 2
+  for _ = 1, n do
+    local pos = tonumber(ARGV[i])
+    i = i + 1
+    out[#out + 1] = tonumber(redis.call('HGET', KEYS[2 * pos + 1], entity) or '0')
+  end
+end
+return out
+"""
+
+# KEYS[1] = the heartbeat set. ARGV: replica, the age in ms after which a replica is gone.
+# Returns {server time in ms, live replicas}.
+HEARTBEAT = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10)
+return {now, redis.call('ZCARD', KEYS[1])}
+"""
+
+# KEYS[1] = the quotas HASH, KEYS[2] = its version. ARGV: (field, value-or-empty)*, where an
+# empty value is a removal (kept as a tombstone: "" wins over the replicas' YAML files).
+SET_QUOTAS = """
+for i = 1, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+return redis.call('INCR', KEYS[2])
+"""
+
+
+def bucket_tag(prefix: str, bucket: int, kind: str = "b") -> str:
+    """`kind`: "b" for the byte rates and mutations, "p" for producer-id rates (their windows
+    differ), "i" for the producer ids themselves."""
+    return f"{{{prefix}:{kind}{bucket}}}"
+
+
+def bucket_keys(prefix: str, bucket: int, samples: list[int], kind: str = "b") -> list[str]:
+    tag = bucket_tag(prefix, bucket, kind)
+    keys = [f"{tag}:r"]
+    for s in samples:
+        keys.append(f"{tag}:c:{s}")
+        keys.append(f"{tag}:t:{s}")
+    return keys
+
+
+# KEYS: per (user, window) group, its window's set and the window before's. ARGV: ttl_ms, then
+# per group: n, id*. Returns one flag per id: 1 if no replica had counted it in either window.
+SEEN_IDS = """
+local ttl = tonumber(ARGV[1])
+local out = {}
+local i = 2
+local k = 1
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  i = i + 1
+  local cur, prev = KEYS[k], KEYS[k + 1]
+  k = k + 2
+  for _ = 1, n do
+    local fresh = redis.call('SADD', cur, ARGV[i])
+    if fresh == 1 and redis.call('SISMEMBER', prev, ARGV[i]) == 1 then
+      fresh = 0
+    end
+    out[#out + 1] = fresh
+    i = i + 1
+  end
+  redis.call('PEXPIRE', cur, ttl)
+end
+return out
+"""
+
+
+def id_set_keys(prefix: str, bucket: int, user: str, window: int) -> list[str]:
+    tag = bucket_tag(prefix, bucket, "i")
+    return [f"{tag}:{window}:{user}", f"{tag}:{window - 1}:{user}"]
+
+
+def heartbeat_key(prefix: str) -> str:
+    return f"{{{prefix}}}:replicas"
+
+
+def quota_keys(prefix: str) -> list[str]:
+    return [f"{{{prefix}}}:quotas", f"{{{prefix}}}:quotas:v"]

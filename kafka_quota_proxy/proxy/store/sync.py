@@ -1,0 +1,347 @@
+"""The background task that shares this replica's quota measurements through Valkey/Redis.
+
+Every `sync_interval_ms` it writes what this replica recorded since the last sync and reads what
+all replicas recorded, one script call per bucket of entities (scripts.py), plus one heartbeat.
+The request path never waits for it: it only reads the numbers the last sync left.
+
+When the store fails (an error, or no answer within `timeout_ms`) twice in a row, the replica is
+degraded: it enforces its share of each quota (quota/shared.py), logs one line and sets the
+`store_degraded` gauge. After `degraded_grace_seconds` the `on_failure` policy applies. The first
+sync that succeeds again ends it; writes are absolute, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from kafka_quota_proxy.config.store_settings import StoreSettings
+from kafka_quota_proxy.proxy.store import scripts
+from kafka_quota_proxy.quota.shared import SharedIds, SharedQuotas, SyncBatch, bucket_of
+
+log = logging.getLogger("kafka_quota_proxy.store")
+
+
+def monotonic_ms() -> float:
+    return time.monotonic_ns() / 1_000_000
+
+
+@dataclass
+class SyncStats:
+    """What the metrics show of the sync."""
+
+    syncs: int = 0
+    errors: int = 0
+    last_duration_ms: float = 0.0
+    last_success_ms: float | None = None  # monotonic
+    entities: int = 0
+    degraded: bool = False
+    durations_ms: list[float] = field(default_factory=list)  # since the last scrape
+
+    def lag_ms(self, now_ms: float) -> float | None:
+        return None if self.last_success_ms is None else now_ms - self.last_success_ms
+
+
+class SharedConfig(Protocol):
+    """The quotas set through the API, shared through the store (proxy/quotas/control.py)."""
+
+    def take_unshared(self) -> list[tuple[str, str]]: ...
+
+    def give_back(self, changes: list[tuple[str, str]]) -> None: ...
+
+    def all_fields(self) -> list[tuple[str, str]]: ...
+
+    def adopt_shared(self, fields: dict[str, str]) -> list[str]: ...
+
+
+def connect(settings: StoreSettings) -> Any:
+    """A redis-py asyncio client (standalone or Cluster) for `settings.url`."""
+    import redis.asyncio as redis
+    from redis.asyncio.cluster import RedisCluster
+
+    url = settings.url
+    for ours, theirs in (("valkeys://", "rediss://"), ("valkey://", "redis://")):
+        if url.startswith(ours):
+            url = theirs + url[len(ours):]
+    timeout = settings.timeout_ms / 1000
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
+    # No retries inside the client: a failed sync is retried by the next one, which writes the
+    # same absolute counts, and a client retrying with backoff would outlast the sync interval.
+    kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
+                              "decode_responses": False, "retry": Retry(NoBackoff(), 0)}
+    password = settings.password()
+    if password is not None:
+        kwargs["password"] = password
+    if url.startswith("rediss://") and settings.tls_ca_file:
+        kwargs["ssl_ca_certs"] = settings.tls_ca_file
+    if settings.cluster:
+        return RedisCluster.from_url(url, **kwargs)
+    return redis.Redis.from_url(url, **kwargs)
+
+
+class StoreSync:
+    """Keeps `shared` in step with the store. `start` connects and syncs once (a store that is
+    down at start is not fatal: the replica starts degraded and keeps trying)."""
+
+    def __init__(self, settings: StoreSettings, shared: SharedQuotas,
+                 clock: Callable[[], float] = monotonic_ms, replica: str | None = None,
+                 client: Any = None, config: SharedConfig | None = None,
+                 id_rates: SharedQuotas | None = None, ids: SharedIds | None = None) -> None:
+        self.settings = settings
+        self.shared = shared
+        # Each registry syncs under its own bucket kind: byte rates and mutations, producer-id rates.
+        self.registries: list[tuple[str, SharedQuotas]] = [("b", shared)]
+        if id_rates is not None:
+            self.registries.append(("p", id_rates))
+        self.ids = ids
+        self.config = config
+        self._config_version: int | None = None  # the store's quotas version last adopted
+        self.clock = clock
+        self.replica = replica or secrets.token_hex(6)
+        self.stats = SyncStats()
+        self._client = client
+        self._scripts: dict[str, Any] = {}
+        self._failures = 0
+        self._wrote: set[tuple[str, int]] = set()  # buckets written to (the store had them then)
+        self._clock_set = False
+        for _, registry in self.registries:
+            registry.policy = "local_share"
+        # Until the store's clock is read, this host's: counts made before the first sync then
+        # land in (about) the right aligned samples rather than in samples from the epoch.
+        shared.clock.offset_ms = time.time_ns() / 1_000_000 - clock()
+
+    @property
+    def client(self) -> Any:
+        if self._client is None:
+            self._client = connect(self.settings)
+        return self._client
+
+    def _script(self, name: str, text: str) -> Any:
+        found = self._scripts.get(name)
+        if found is None:
+            found = self._scripts[name] = self.client.register_script(text)
+        return found
+
+    async def close(self) -> None:
+        if self._client is not None:
+            try:
+                await self._client.aclose()
+            except Exception:  # noqa: BLE001 - closing a broken client must not stop a shutdown
+                pass
+
+    async def run_forever(self) -> None:
+        interval = self.settings.sync_interval_ms / 1000
+        while True:
+            started = time.monotonic()
+            await self.sync_once()
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def sync_once(self) -> bool:
+        """One sync; True if the store answered. Never raises (but for cancellation)."""
+        started = self.clock()
+        try:
+            async with asyncio.timeout(self.settings.timeout_ms / 1000):
+                await self._heartbeat()
+                if self.config is not None:
+                    await self._sync_config(self.config)
+                if self.ids is not None and self.ids.pending:
+                    # First: the ids another replica counted first are taken back here, and the
+                    # counts written below are then already without them.
+                    await self._sync_ids(self.ids)
+                await self._sync_buckets()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any store failure degrades, never crashes
+            self._failed(exc)
+            return False
+        now = self.clock()
+        self.stats.syncs += 1
+        self.stats.last_duration_ms = now - started
+        self.stats.durations_ms.append(now - started)
+        if len(self.stats.durations_ms) > 10_000:
+            del self.stats.durations_ms[:5_000]
+        self.stats.last_success_ms = now
+        self.stats.entities = sum(len(registry) for _, registry in self.registries)
+        self._failures = 0
+        if self.stats.degraded:
+            for _, registry in self.registries:
+                registry.recover()
+            self.stats.degraded = False
+            log.warning("quota store %s answers again: shared quotas back in force",
+                        self.settings.redacted_url)
+        return True
+
+    def _failed(self, exc: BaseException) -> None:
+        self.stats.errors += 1
+        self._failures += 1
+        now = self.clock()
+        if self._failures < 2:
+            return
+        if not self.stats.degraded:
+            self.stats.degraded = True
+            for _, registry in self.registries:
+                registry.degrade(now, "local_share")
+            log.warning("quota store %s failed twice (%s): each quota is now enforced as this "
+                        "replica's share of it (of %d live replicas); after %.0fs: %s",
+                        self.settings.redacted_url, _reason(exc), self.shared.live_replicas,
+                        self.settings.degraded_grace_seconds, self.settings.on_failure)
+            return
+        since = self.shared.degraded_since
+        grace_ms = self.settings.degraded_grace_seconds * 1000
+        if (since is not None and now - since >= grace_ms
+                and self.shared.policy != self.settings.on_failure):
+            for _, registry in self.registries:
+                registry.degrade(now, self.settings.on_failure)  # type: ignore[arg-type]
+            log.warning("quota store still failing after %.0fs: on_failure %s applies",
+                        self.settings.degraded_grace_seconds, self.settings.on_failure)
+
+    async def _heartbeat(self) -> None:
+        sent = self.clock()
+        gone_after_ms = max(3 * self.settings.sync_interval_ms, 3000)
+        server_ms, live = await self._script("heartbeat", scripts.HEARTBEAT)(
+            keys=[scripts.heartbeat_key(self.settings.key_prefix)], args=[self.replica, gone_after_ms])
+        received = self.clock()
+        for _, registry in self.registries:
+            registry.live_replicas = max(1, int(live))
+        # The store's clock decides the aligned samples; moved only when it drifts by 20 ms.
+        offset = int(server_ms) - (sent + received) / 2
+        if not self._clock_set or abs(offset - self.shared.clock.offset_ms) > 20:
+            self.shared.clock.offset_ms = offset
+            self._clock_set = True
+
+    async def _sync_config(self, config: SharedConfig) -> None:
+        """Write this replica's API changes, then adopt the store's quotas if they changed.
+        A store that has none yet (new, or it lost its data) is given this replica's."""
+        hash_key, version_key = scripts.quota_keys(self.settings.key_prefix)
+        client = self.client
+        changes = config.take_unshared()
+        raw = await client.get(version_key)
+        if raw is None and self._config_version is None:
+            changes = config.all_fields() + changes
+        elif raw is None:
+            # The store lost its quotas since we last read them: give it ours again.
+            changes = config.all_fields() + changes
+        if changes:
+            try:
+                await self._script("quotas", scripts.SET_QUOTAS)(
+                    keys=[hash_key, version_key], args=[x for pair in changes for x in pair])
+            except BaseException:
+                config.give_back(changes)
+                raise
+            raw = await client.get(version_key)
+        version = int(raw) if raw is not None else 0
+        if version == self._config_version:
+            return
+        fields = {_text(k): _text(v) for k, v in (await client.hgetall(hash_key)).items()}
+        skipped = config.adopt_shared(fields)
+        if skipped:
+            log.warning("quota store: %d quota field(s) not understood, ignored (first: %r)",
+                        len(skipped), skipped[0][:120])
+        self._config_version = version
+
+    async def _sync_ids(self, ids: SharedIds) -> None:
+        """Ask the store which of the ids counted here another replica had counted first, and
+        take those back: an id seen through two replicas counts once."""
+        taken = ids.take()
+        groups: dict[int, dict[tuple[str, int], list[int]]] = {}
+        for _, user, pid, window in taken:
+            groups.setdefault(bucket_of(user, self.settings.effective_buckets), {}).setdefault(
+                (user, window), []).append(pid)
+        ttl = 2 * ids.window_ms
+        seen_elsewhere: set[tuple[str, int, int]] = set()
+        try:
+            for bucket, by_user in groups.items():
+                keys: list[str] = []
+                args: list[Any] = [ttl]
+                order: list[tuple[str, int, int]] = []
+                for (user, window), pids in by_user.items():
+                    keys += scripts.id_set_keys(self.settings.key_prefix, bucket, user, window)
+                    args += [len(pids), *pids]
+                    order += [(user, window, pid) for pid in pids]
+                flags = await self._script("ids", scripts.SEEN_IDS)(keys=keys, args=args)
+                seen_elsewhere |= {o for o, fresh in zip(order, flags, strict=True) if not int(fresh)}
+        except BaseException:
+            ids.give_back(taken)
+            raise
+        now = self.clock()
+        for counter, user, pid, window in taken:
+            if (user, window, pid) in seen_elsewhere:
+                seen_elsewhere.discard((user, window, pid))
+                counter.unrecord(user, None, 1, now)
+
+    async def _sync_buckets(self) -> None:
+        """Every bucket with work, of every registry: on a standalone server one pipeline (one
+        connection, one round trip); on a Cluster, calls side by side, each to its bucket's node
+        (redis-py does not pipeline scripts there)."""
+        now = self.clock()
+        work = [(kind, registry, batch) for kind, registry in self.registries
+                for batch in registry.collect(now)]
+        if not work:
+            return
+        script = self._script("sync", scripts.SYNC_BUCKET)
+        calls = [self._bucket_call(kind, registry, batch) for kind, registry, batch in work]
+        if self.settings.cluster:
+            outs = await asyncio.gather(*(script(keys=keys, args=args) for keys, args, _ in calls))
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            for keys, args, _ in calls:
+                await script(keys=keys, args=args, client=pipe)
+            outs = await pipe.execute()
+        for (kind, registry, batch), (_, _, reads), out in zip(work, calls, outs, strict=True):
+            self._apply_bucket(kind, registry, batch, reads, out)
+
+    def _bucket_call(self, kind: str, registry: SharedQuotas,
+                     batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
+        samples = sorted({s for w in batch.writes.values() for s in w}
+                         | {s for r in batch.reads.values() for s in r})
+        pos = {s: i + 1 for i, s in enumerate(samples)}
+        window = registry.config.window_ms
+        ttl = (registry.config.samples + 2) * window
+        args: list[Any] = [self.replica, ttl, len(samples),
+                           1 if (kind, batch.bucket) in self._wrote else 0]
+        writes = [(pos[s], key, v) for key, w in batch.writes.items() for s, v in w.items()]
+        args.append(len(writes))
+        for p, key, v in writes:
+            args += [p, key, v]
+        reads = list(batch.reads.items())
+        args.append(len(reads))
+        for key, wanted in reads:
+            args += [key, len(wanted), *(pos[s] for s in wanted)]
+        keys = scripts.bucket_keys(self.settings.key_prefix, batch.bucket, samples, kind)
+        return keys, args, reads
+
+    def _apply_bucket(self, kind: str, registry: SharedQuotas, batch: SyncBatch,
+                      reads: list[tuple[str, list[int]]], out: Any) -> None:
+        if isinstance(out, Exception):
+            raise out
+        lost = bool(int(out[0]))
+        totals: dict[str, dict[int, int]] = {}
+        i = 1
+        for key, wanted in reads:
+            sums = totals[key] = {}
+            for s in wanted:
+                sums[s] = int(out[i])
+                i += 1
+        self._wrote.add((kind, batch.bucket))
+        if lost:
+            log.info("quota store lost this replica's counts in bucket %s%d: writing them again",
+                     kind, batch.bucket)
+        registry.applied(batch, totals, lost, self.clock())
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer in time"
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0][:200]

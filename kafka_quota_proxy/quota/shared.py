@@ -1,0 +1,464 @@
+"""Quota measurements shared between proxy replicas (and worker processes) through a store.
+
+Pure: no I/O and no clock of its own. The proxy's store task (`proxy/store/`) collects what this
+replica recorded, writes it to the store, and hands back what all replicas recorded.
+
+The shape (docs/cluster-quotas.md):
+
+- Each replica keeps Kafka's own `Rate` for the bytes it sees, event-aligned as in Kafka, so with
+  one replica every throttle is Kafka's to the millisecond.
+- Beside it, a `SharedRate` counts the same bytes again in samples aligned to the store's clock,
+  `floor(wall_ms / W)`: aligned samples are what replicas can add up. The sync writes this
+  replica's absolute total per aligned sample (a retried write never counts twice) and reads the
+  sum over all replicas; the difference is the other replicas' bytes, `others[sample]`.
+- The rate a quota is checked against is this replica's own rate plus the others' bytes in the
+  retained aligned samples divided by the span they cover. The request path adds to two numbers
+  and does no I/O.
+
+When the store cannot be reached, `SharedQuotas.degrade` switches every rate to a share of its
+quota (see `Degraded`); `recover` switches back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from kafka_quota_proxy.quota.rate import MetricConfig, Rate
+from kafka_quota_proxy.quota.token_bucket import TokenBucket
+
+FailurePolicy = Literal["local_share", "open", "closed"]
+
+
+class StoreClock:
+    """Wall time in the store's terms: `wall_ms(now_ms)` for the proxy's monotonic `now_ms`.
+
+    `offset_ms` is set by the sync from the store's own TIME, so replicas on hosts whose clocks
+    differ still agree on which aligned sample a byte belongs to."""
+
+    __slots__ = ("offset_ms",)
+
+    def __init__(self, offset_ms: float = 0.0) -> None:
+        self.offset_ms = offset_ms
+
+    def sample(self, now_ms: float, window_ms: int) -> int:
+        return int((now_ms + self.offset_ms) // window_ms)
+
+
+@dataclass(slots=True)
+class Degraded:
+    """How a rate is enforced while the store is out of reach: as `share` of its quota, that is,
+    its own rate divided by `share` is checked against the whole quota. share 1.0 is every replica
+    on its own (policy `open`)."""
+
+    share: float
+
+
+SLOTS = ("key", "clock", "_aligned_window", "_keep", "own", "pushed", "others", "_others_sum",
+         "_cur_sample", "_cur_value", "degraded", "seen_ms", "home", "listed")
+
+
+class AlignedCounts:
+    """This replica's counts per aligned sample and the others' as last read: what a shared stat
+    adds to Kafka's. A mixin; the stats list its attributes in their slots (`SLOTS`)."""
+
+    key: str
+    clock: StoreClock
+    _aligned_window: int
+    _keep: int
+    own: dict[int, int]  # this replica's count per aligned sample, absolute
+    pushed: dict[int, int]  # what the store was last given
+    others: dict[int, int]  # the other replicas' count per aligned sample, as last read
+    _others_sum: int
+    _cur_sample: int  # the open aligned sample, summed in `_cur_value` first
+    _cur_value: float
+    degraded: Degraded | None
+    seen_ms: float  # the last `now_ms` recorded at
+    home: SharedQuotas  # the registry the sync reads
+    listed: bool  # False once the registry let this stat go for being idle
+
+    def _init_counts(self, config: MetricConfig, key: str, home: SharedQuotas) -> None:
+        self.key = key
+        self.clock = home.clock
+        self.home = home
+        self.listed = True
+        self._aligned_window = config.window_ms
+        self._keep = config.samples  # samples older than the current one that still count
+        self.own = {}
+        self.pushed = {}
+        self.others = {}
+        self._others_sum = 0
+        self._cur_sample = -1
+        self._cur_value = 0.0
+        self.degraded = None
+        self.seen_ms = -math.inf
+
+    def _count(self, value: float, now_ms: float) -> None:
+        sample = int((now_ms + self.clock.offset_ms) // self._aligned_window)
+        if sample != self._cur_sample:
+            self._flush_current()
+            self._cur_sample = sample
+            if not self.listed:
+                self.home.relist(self)  # type: ignore[arg-type]  # only the stats below mix this in
+        self._cur_value += value
+        self.seen_ms = now_ms
+
+    def _flush_current(self) -> None:
+        if self._cur_value:
+            s = self._cur_sample
+            self.own[s] = self.own.get(s, 0) + round(self._cur_value)
+            self._cur_value = 0.0
+
+    def unsynced(self, sample_floor: int) -> dict[int, int]:
+        """The aligned samples (from `sample_floor` on) whose count differs from what the store
+        was last given: {sample: absolute count}. Older ones are dropped."""
+        self._flush_current()
+        own, pushed = self.own, self.pushed
+        for s in [s for s in own if s < sample_floor]:
+            del own[s]
+        for s in [s for s in pushed if s < sample_floor]:
+            del pushed[s]
+        return {s: v for s, v in own.items() if pushed.get(s) != v}
+
+    def mark_pushed(self, written: dict[int, int]) -> None:
+        self.pushed.update(written)
+
+    def forget_pushed(self) -> None:
+        """The store lost what this replica wrote: write it all again."""
+        self.pushed.clear()
+
+    def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
+        """The store's sums over all replicas for these samples: the others' part is the sum less
+        what this replica had written there (the store's sum includes exactly that)."""
+        others = self.others
+        for s, total in totals.items():
+            theirs = total - self.pushed.get(s, 0)
+            if theirs > 0:
+                others[s] = theirs
+            else:
+                others.pop(s, None)
+        for s in [s for s in others if s < sample_floor]:
+            del others[s]
+        self._others_sum = sum(others.values())
+
+    def window_bytes(self, now_ms: float) -> tuple[int, int]:
+        """(this replica's, all replicas') counts in the retained aligned samples: the replica's
+        share of the recent traffic, for the degraded mode."""
+        self._flush_current()
+        low = self.clock.sample(now_ms, self._aligned_window) - self._keep
+        mine = sum(v for s, v in self.own.items() if s >= low)
+        theirs = sum(v for s, v in self.others.items() if s >= low)
+        return mine, mine + theirs
+
+
+class SharedRate(AlignedCounts, Rate):
+    """Kafka's `Rate` for this replica's own bytes, plus the other replicas' bytes from the store.
+
+    `record` is `Rate.record` and one addition to the current aligned sample. `measure` adds
+    `others_rate`. Nothing here blocks or awaits.
+    """
+
+    __slots__ = SLOTS
+
+    def __init__(self, config: MetricConfig, key: str, home: SharedQuotas) -> None:
+        Rate.__init__(self, config)
+        self._init_counts(config, key, home)
+
+    def record(self, value: float, now_ms: float) -> None:
+        Rate.record(self, value, now_ms)
+        # AlignedCounts._count, inlined: this runs on every charged request.
+        sample = int((now_ms + self.clock.offset_ms) // self._aligned_window)
+        if sample != self._cur_sample:
+            self._count(0.0, now_ms)
+        self._cur_value += value
+        self.seen_ms = now_ms
+
+    def others_rate(self, now_ms: float) -> float:
+        """The other replicas' bytes per second over the retained aligned samples: their sum
+        over the span from the oldest non-empty one to now, at least (N-1) windows."""
+        if not self._others_sum:
+            return 0.0
+        w = self._aligned_window
+        wall = now_ms + self.clock.offset_ms
+        low = int(wall // w) - self._keep
+        total = 0
+        oldest = None
+        for s, v in self.others.items():
+            if s >= low:
+                total += v
+                if oldest is None or s < oldest:
+                    oldest = s
+        if oldest is None or total <= 0:
+            return 0.0
+        span = max(wall - oldest * w, (self._keep - 1) * w, 1.0)
+        return total / (span / 1000.0)
+
+    def measure(self, now_ms: float) -> float:
+        own = Rate.measure(self, now_ms)
+        degraded = self.degraded
+        if degraded is not None:
+            return own / degraded.share
+        return own + self.others_rate(now_ms)
+
+    def surely_within(self, bound: float, now_ms: float) -> bool:
+        degraded = self.degraded
+        if degraded is not None:
+            bound *= degraded.share
+        elif self._others_sum:
+            # others_rate is at most their sum over (N-1) windows
+            bound -= self._others_sum / self._min_window_s
+        # Rate.surely_within, inlined: this runs on every charged request.
+        oldest = self._oldest
+        return (self._exact and now_ms < self._purge_due and oldest is not None and now_ms >= oldest
+                and self._total <= bound * self._min_window_s)
+
+
+class SharedBucket(AlignedCounts, TokenBucket):
+    """Kafka's `TokenBucket` (controller mutations), also charged with the other replicas'
+    permits as the store reports them: credits are then spent once across the fleet. While the
+    store is out of reach it is this replica's alone (the whole quota here)."""
+
+    __slots__ = SLOTS
+
+    def __init__(self, rate_per_s: float, config: MetricConfig, key: str, home: SharedQuotas) -> None:
+        TokenBucket.__init__(self, rate_per_s, config)
+        self._init_counts(config, key, home)
+
+    def record(self, value: float, now_ms: float) -> None:
+        TokenBucket.record(self, value, now_ms)
+        self._count(value, now_ms)
+
+    def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
+        """Also charge the bucket with what the other replicas spent since the last read."""
+        before = dict(self.others)
+        AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
+        spent = sum(v - before.get(s, 0) for s, v in self.others.items() if s in totals)
+        if spent > 0 and self.degraded is None:
+            TokenBucket.record(self, spent, now_ms)
+
+
+Shared = SharedRate | SharedBucket
+
+
+@dataclass
+class SyncBatch:
+    """What one sync writes and reads for one bucket of entities."""
+
+    bucket: int
+    writes: dict[str, dict[int, int]] = field(default_factory=dict)  # key -> {sample: absolute}
+    reads: dict[str, list[int]] = field(default_factory=dict)  # key -> samples to read
+
+
+def bucket_of(key: str, buckets: int) -> int:
+    """A key's bucket, stable across processes (Python's hash() is salted per process)."""
+    h = 2166136261
+    for b in key.encode():
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h % buckets
+
+
+def sensor_key_text(kind: str, scope: str, key: Hashable) -> str:
+    """The store's name of one measurement: its kind (produce, fetch, mutation), its scope (the
+    upstream broker, or "proxy"/"cluster"), and the sensor key's parts. Unit separators keep
+    parts apart whatever they contain."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return "\x1f".join((kind, scope, *map(str, parts)))
+
+
+class SharedQuotas:
+    """Every shared measurement of this replica, by store key, and the sync's bookkeeping."""
+
+    def __init__(self, config: MetricConfig, buckets: int = 16,
+                 clock: StoreClock | None = None) -> None:
+        if buckets < 1:
+            raise ValueError(f"buckets must be >= 1, got {buckets}")
+        self.config = config
+        self.buckets = buckets
+        self.clock = clock or StoreClock()
+        self._stats: dict[str, Shared] = {}
+        self._fresh: set[str] = set()  # not yet read from the store: read all their samples
+        self.degraded_since: float | None = None  # the `now_ms` the store was given up at
+        self.policy: FailurePolicy = "local_share"
+        self.live_replicas = 1  # replicas with a recent heartbeat, this one included
+
+    # -- made by the quota managers' sensor stores --------------------------------------------------
+
+    def rate(self, key: str) -> SharedRate:
+        found = self._stats.get(key)
+        if isinstance(found, SharedRate):
+            # A sensor expired and was made again: the old one's samples are still the truth.
+            return found
+        rate = SharedRate(self.config, key, self)
+        self._adopt(key, rate)
+        return rate
+
+    def bucket(self, key: str, rate_per_s: float) -> SharedBucket:
+        found = self._stats.get(key)
+        if isinstance(found, SharedBucket):
+            return found
+        b = SharedBucket(rate_per_s, self.config, key, self)
+        self._adopt(key, b)
+        return b
+
+    def _adopt(self, key: str, stat: Shared) -> None:
+        self._stats[key] = stat
+        stat.listed = True
+        self._fresh.add(key)
+        if self.degraded_since is not None:
+            stat.degraded = self._share_for(0.0)
+
+    def relist(self, stat: Shared) -> None:
+        """A stat let go for being idle is recording again: sync it again (its old samples are
+        read back from the store as for a new one)."""
+        if self._stats.get(stat.key) is None:
+            self._adopt(stat.key, stat)
+        else:
+            stat.listed = True
+
+    def __len__(self) -> int:
+        return len(self._stats)
+
+    def items(self) -> Iterator[tuple[str, Shared]]:
+        yield from self._stats.items()
+
+    # -- the sync ---------------------------------------------------------------------------------
+
+    def sample_floor(self, now_ms: float) -> int:
+        return self.clock.sample(now_ms, self.config.window_ms) - self.config.samples
+
+    def collect(self, now_ms: float) -> list[SyncBatch]:
+        """One batch per bucket with work: the samples each key wrote since the last sync, and the
+        samples to read back (the last two for a key already read, all retained for a new one).
+        Keys idle for longer than the retained samples are let go."""
+        window = self.config.window_ms
+        current = self.clock.sample(now_ms, window)
+        floor = current - self.config.samples
+        horizon = (self.config.samples + 1) * window
+        recent = [current - 1, current]
+        everything = list(range(floor, current + 1))
+        batches: dict[int, SyncBatch] = {}
+        for key in list(self._stats):
+            stat = self._stats[key]
+            writes = stat.unsynced(floor)
+            if (not writes and not stat.own and not stat.others and key not in self._fresh
+                    and now_ms - stat.seen_ms > horizon):
+                stat.listed = False
+                del self._stats[key]
+                self._fresh.discard(key)
+                continue
+            b = bucket_of(key, self.buckets)
+            batch = batches.get(b)
+            if batch is None:
+                batch = batches[b] = SyncBatch(b)
+            if writes:
+                batch.writes[key] = writes
+            batch.reads[key] = everything if key in self._fresh else recent
+        return [batches[b] for b in sorted(batches)]
+
+    def applied(self, batch: SyncBatch, totals: dict[str, dict[int, int]], lost: bool,
+                now_ms: float) -> None:
+        """The store took `batch.writes` and answered `totals` (key -> {sample: sum over all
+        replicas}). `lost`: the store had lost this replica's earlier writes to the bucket (it
+        restarted empty, or evicted them): everything still retained is written again next time."""
+        floor = self.sample_floor(now_ms)
+        for key, writes in batch.writes.items():
+            stat = self._stats.get(key)
+            if stat is not None:
+                stat.mark_pushed(writes)
+        for key, sums in totals.items():
+            stat = self._stats.get(key)
+            if stat is None:
+                continue
+            stat.set_totals(sums, floor, now_ms)
+            self._fresh.discard(key)
+        if lost:
+            for key in batch.reads:
+                stat = self._stats.get(key)
+                if stat is not None:
+                    stat.forget_pushed()
+                    self._fresh.add(key)
+
+    # -- the store out of reach --------------------------------------------------------------------
+
+    def _share_for(self, recent_share: float) -> Degraded:
+        if self.policy == "open":
+            return Degraded(1.0)
+        live = max(1, self.live_replicas)
+        if self.policy == "closed":
+            return Degraded(1.0 / live)
+        share = max(recent_share, 1.0 / live)
+        return Degraded(min(1.0, share))
+
+    def degrade(self, now_ms: float, policy: FailurePolicy | None = None) -> None:
+        """Enforce each quota as this replica's share of it, from what it last knew: its fraction of
+        the fleet's bytes in the retained samples, never below 1/N_live (`local_share`); 1/N_live
+        (`closed`: never over the quota in sum, however the traffic moves); or the whole quota on
+        each replica (`open`)."""
+        if policy is not None:
+            self.policy = policy
+        if self.degraded_since is None:
+            self.degraded_since = now_ms
+        for stat in self._stats.values():
+            mine, total = stat.window_bytes(now_ms)
+            stat.degraded = self._share_for(mine / total if total > 0 else 0.0)
+
+    def recover(self) -> None:
+        """Back to the store's sums. What was recorded meanwhile is still in `own` and is written
+        on the next sync; nothing was written twice, since writes are absolute."""
+        self.degraded_since = None
+        for key, stat in self._stats.items():
+            stat.degraded = None
+            self._fresh.add(key)
+
+
+class ScopedShared:
+    """The `StatFactory` of one quota kind in one scope: its stats are shared through `shared`
+    under "<kind>\\x1f<scope>\\x1f<sensor key parts>"."""
+
+    __slots__ = ("shared", "kind", "scope")
+
+    def __init__(self, shared: SharedQuotas, kind: str, scope: str) -> None:
+        self.shared = shared
+        self.kind = kind
+        self.scope = scope
+
+    def rate(self, key: Hashable) -> Rate:
+        return self.shared.rate(sensor_key_text(self.kind, self.scope, key))
+
+    def bucket(self, key: Hashable, rate_per_s: float) -> TokenBucket:
+        return self.shared.bucket(sensor_key_text(self.kind, self.scope, key), rate_per_s)
+
+
+class Uncounts(Protocol):
+    """Takes back a count (a quota manager's `unrecord`)."""
+
+    def unrecord(self, user: str, client_id: str | None, value: float, now_ms: float) -> None: ...
+
+
+class SharedIds:
+    """Producer ids this replica counted as new for a user, waiting to be checked against the
+    fleet's: an id another replica had already counted is taken back here, so an id seen through
+    two replicas counts once (`producer_ids_rate`). Only local misses come here: an id this
+    replica's own filters know was never counted again."""
+
+    def __init__(self, window_ms: int, clock: StoreClock, max_pending: int = 100_000) -> None:
+        self.window_ms = window_ms
+        self.clock = clock
+        self.max_pending = max_pending
+        self.pending: list[tuple[Uncounts, str, int, int]] = []  # (who counted, user, id, window)
+        self.dropped = 0  # not checked because `pending` was full (the store out of reach)
+
+    def counted(self, counter: Uncounts, user: str, pid: int, now_ms: float) -> None:
+        if len(self.pending) >= self.max_pending:
+            self.dropped += 1
+            return
+        self.pending.append((counter, user, pid, self.clock.sample(now_ms, self.window_ms)))
+
+    def take(self) -> list[tuple[Uncounts, str, int, int]]:
+        taken, self.pending = self.pending, []
+        return taken
+
+    def give_back(self, taken: list[tuple[Uncounts, str, int, int]]) -> None:
+        self.pending[:0] = taken[: max(0, self.max_pending - len(self.pending))]

@@ -1,0 +1,163 @@
+"""The sync against a real Valkey, without proxies: two replicas' quota engines, each with its
+StoreSync, driven by hand. What the scripts keep and return is the store's claim tested here."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import cast
+
+import pytest
+
+from devkit.valkey import ValkeyCluster, ValkeyServer
+from kafka_quota_proxy.config.quota_settings import QuotaSettings
+from kafka_quota_proxy.config.store_settings import StoreSettings
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.store.sync import StoreSync
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.resolution import QuotaStore
+from kafka_quota_proxy.quota.shared import SharedRate, bucket_of
+
+pytestmark = pytest.mark.integration
+
+
+
+
+class Replica:
+    def __init__(self, url: str, prefix: str, quotas: dict, clock: list[int], cluster: bool = False) -> None:
+        self.engine = QuotaEngine(QuotaSettings(scope="cluster"), QuotaStore(quotas),
+                                  clock=lambda: clock[0], shared_buckets=4)
+        assert self.engine.shared is not None
+        settings = StoreSettings(url=url, key_prefix=prefix, timeout_ms=2000, cluster=cluster, buckets=4)
+        self.sync = StoreSync(settings, self.engine.shared,
+                              clock=lambda: float(clock[0]), id_rates=self.engine.shared_id_rates,
+                              ids=self.engine.shared_ids)
+
+
+def test_two_replicas_see_each_others_bytes_and_a_retry_never_counts_twice(valkey: ValkeyServer) -> None:
+    clock = [time.monotonic_ns() // 1_000_000]  # the real clock: aligned samples follow the store's
+    quotas = {QuotaEntity(client_id="app"): {QuotaKey.PRODUCER_BYTE_RATE: 1e12}}
+    a, b = (Replica(valkey.url, "s1", quotas, clock) for _ in range(2))
+
+    async def scenario() -> tuple[float, float, float]:
+        for _ in range(30):
+            await asyncio.sleep(0.02)
+            clock[0] = time.monotonic_ns() // 1_000_000
+            a.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 30_000, clock[0])
+            b.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 10_000, clock[0])
+            assert await a.sync.sync_once() and await b.sync.sync_once()
+        await a.sync.sync_once()  # nothing new: the same absolute values again
+        await a.sync.sync_once()
+        await b.sync.sync_once()
+        now = clock[0] = time.monotonic_ns() // 1_000_000
+        seen_a = a.engine.scope("x").produce.measure("u", "app", now)
+        seen_b = b.engine.scope("x").produce.measure("u", "app", now)
+        total = sum(int(v) for key in valkey.command("KEYS", "{s1:b*}:t:*")
+                    for v in valkey.command("HVALS", key))
+        await a.sync.close()
+        await b.sync.close()
+        return seen_a, seen_b, total
+
+    seen_a, seen_b, total = asyncio.run(scenario())
+    assert total == 30 * 40_000
+    # Both see the whole fleet's bytes over about 10 s (Kafka's (N-1) W at least): their own over
+    # Kafka's window, the other's over the aligned samples' span, which differ by up to a sample.
+    assert seen_a == pytest.approx(30 * 40_000 / 10, rel=0.1)
+    assert seen_b == pytest.approx(30 * 40_000 / 10, rel=0.1)
+
+
+def test_a_producer_id_seen_through_two_replicas_counts_once(valkey: ValkeyServer) -> None:
+    clock = [5_000_000]
+    quotas = {QuotaEntity(user="alice"): {QuotaKey.PRODUCER_IDS_RATE: 1000.0}}
+    a, b = (Replica(valkey.url, "s2", quotas, clock) for _ in range(2))
+
+    async def scenario() -> tuple[float, float]:
+        pa = a.engine.scope("x").producer_ids
+        pb = b.engine.scope("x").producer_ids
+        assert pa.charge("alice", [1, 2, 3, 4], clock[0]).new_ids == 4
+        assert await a.sync.sync_once()
+        clock[0] += 50
+        # 3 and 4 were counted at a; 5 is new everywhere.
+        assert pb.charge("alice", [3, 4, 5], clock[0]).new_ids == 3
+        assert await b.sync.sync_once()  # takes back 3 and 4, writes its count
+        assert await a.sync.sync_once()  # reads b's count
+        assert await b.sync.sync_once()
+        now = clock[0] + 1
+        rates = pa.measure("alice", now), pb.measure("alice", now)
+        await a.sync.close()
+        await b.sync.close()
+        return rates
+
+    rate_a, rate_b = asyncio.run(scenario())
+    window_s = 10 * 3600  # (N-1) windows of an hour: the least a new rate is divided by
+    assert rate_a == pytest.approx(5 / window_s, rel=1e-3)
+    assert rate_b == pytest.approx(5 / window_s, rel=1e-3)
+
+
+def test_after_the_store_restarts_empty_the_counts_are_whole_again(valkey: ValkeyServer) -> None:
+    clock = [time.monotonic_ns() // 1_000_000]
+    quotas = {QuotaEntity(client_id="app"): {QuotaKey.PRODUCER_BYTE_RATE: 1e12}}
+    a, b = (Replica(valkey.url, "s3", quotas, clock) for _ in range(2))
+
+    async def scenario() -> float:
+        b.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 1, clock[0])
+        for _ in range(10):
+            clock[0] += 100
+            a.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 1_000, clock[0])
+            await a.sync.sync_once()
+            await b.sync.sync_once()
+        valkey.kill()
+        valkey.restart(empty=True)
+        for _ in range(3):
+            clock[0] += 100
+            await a.sync.sync_once()
+            await b.sync.sync_once()
+        seen = b.engine.scope("x").produce.sensors.get(("Produce", "", "app"), clock[0])
+        await a.sync.close()
+        await b.sync.close()
+        assert seen is not None
+        return sum(seen.others.values())  # type: ignore[attr-defined]
+
+    assert asyncio.run(scenario()) == 10_000
+
+
+def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: ValkeyCluster) -> None:
+    """Every bucket's keys share a hash tag, so each script call lands on one node; the calls of
+    one sync go to the three masters side by side."""
+    from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+
+    clock = [time.monotonic_ns() // 1_000_000]
+    quotas = {QuotaEntity(user="alice"): {QuotaKey.PRODUCER_IDS_RATE: 1000.0},
+              QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_BYTE_RATE: 1e12}}  # a sensor per user
+    a, b = (Replica(valkey_cluster.url, "c1", quotas, clock, cluster=True) for _ in range(2))
+    control_a, control_b = QuotaControl(QuotaStore(), {}, None), QuotaControl(QuotaStore(), {}, None)
+    a.sync.config, b.sync.config = control_a, control_b
+
+    async def scenario() -> tuple[int, float, float]:
+        tenants = [f"t{i}" for i in range(40)]  # spread over the buckets, so over the masters
+        for user in tenants:
+            a.engine.scope("x").produce.record_and_get_throttle_ms(user, "app", 1_000, clock[0])
+            b.engine.scope("x").produce.record_and_get_throttle_ms(user, "app", 3_000, clock[0])
+        a.engine.scope("x").producer_ids.charge("alice", [7, 8], clock[0])
+        b.engine.scope("x").producer_ids.charge("alice", [8, 9], clock[0])
+        control_a.alter([([("user", "bob")], [("producer_byte_rate", 2048.0, False)])], False)
+        for _ in range(3):
+            assert await a.sync.sync_once() and await b.sync.sync_once()
+        now = clock[0] + 1
+        seen = [cast(SharedRate, a.engine.scope("x").produce.sensors.get(("Produce", user, ""), now))
+                for user in tenants]
+        others = sum(sum(stat.others.values()) for stat in seen)
+        buckets = {bucket_of(stat.key, 4) for stat in seen}
+        nodes = {valkey_cluster.keyslot(f"{{c1:b{b}}}") for b in buckets}
+        assert len(buckets) == 4 and len(nodes) > 1
+        rates = (a.engine.scope("x").producer_ids.measure("alice", now),
+                 b.engine.scope("x").producer_ids.measure("alice", now))
+        await a.sync.close()
+        await b.sync.close()
+        return others, *rates
+
+    others, ids_a, ids_b = asyncio.run(scenario())
+    assert others == 40 * 3_000  # a sees b's bytes
+    assert ids_a == pytest.approx(3 / (10 * 3600), rel=1e-3)  # 7, 8, 9: 8 counted once
+    assert ids_b == pytest.approx(3 / (10 * 3600), rel=1e-3)
+    assert control_b.effective().get(QuotaEntity(user="bob")) == {QuotaKey.PRODUCER_BYTE_RATE: 2048.0}

@@ -1,0 +1,211 @@
+"""The shared-rate math (quota/shared.py) with a fake clock.
+
+The store here is `Sums`, a few lines that do what the sync script does (absolute writes per
+replica, sums per entity and sample, the replica marker). It tests the arithmetic on this side;
+what the real script does on a real Valkey is tested in tests/integration/test_store_sync.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafka_quota_proxy.quota.rate import MetricConfig, Rate
+from kafka_quota_proxy.quota.shared import (
+    SharedQuotas,
+    SharedRate,
+    StoreClock,
+    bucket_of,
+    sensor_key_text,
+)
+from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
+
+CONFIG = MetricConfig(samples=11, window_ms=1000)
+KEY = sensor_key_text("produce", "cluster", ("Produce", "alice", ""))
+
+
+class Sums:
+    """What the sync script keeps: per (entity, sample) each replica's absolute count."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, int], dict[str, int]] = {}
+        self.markers: set[tuple[int, str]] = set()
+        self.wrote: set[tuple[int, str]] = set()
+
+    def sync(self, quotas: SharedQuotas, replica: str, now_ms: float) -> None:
+        for batch in quotas.collect(now_ms):
+            mark = (batch.bucket, replica)
+            lost = mark in self.wrote and mark not in self.markers
+            self.markers.add(mark)
+            self.wrote.add(mark)
+            for key, writes in batch.writes.items():
+                for s, v in writes.items():
+                    self.counts.setdefault((key, s), {})[replica] = v
+            totals = {key: {s: sum(self.counts.get((key, s), {}).values()) for s in wanted}
+                      for key, wanted in batch.reads.items()}
+            quotas.applied(batch, totals, lost, now_ms)
+
+    def lose_everything(self) -> None:
+        self.counts.clear()
+        self.markers.clear()
+
+
+def test_one_replica_measures_and_throttles_exactly_as_kafkas_rate() -> None:
+    quotas = SharedQuotas(CONFIG, clock=StoreClock(offset_ms=123_456))
+    shared = quotas.rate(KEY)
+    plain = Rate(CONFIG)
+    sums = Sums()
+    now = 5_000.0
+    for i in range(400):
+        now += 37 + (i % 7) * 11
+        size = 1000 + (i * 7919) % 5000
+        shared.record(size, now)
+        plain.record(size, now)
+        if i % 3 == 0:
+            sums.sync(quotas, "only", now)
+        assert shared.measure(now) == plain.measure(now)
+        assert shared.surely_within(50_000, now) == plain.surely_within(50_000, now)
+        assert (rate_throttle_time_ms(shared, shared.measure(now), 20_000, now)
+                == rate_throttle_time_ms(plain, plain.measure(now), 20_000, now))
+
+
+@given(st.lists(st.tuples(st.integers(0, 3000), st.integers(-500, 100_000), st.booleans()),
+                max_size=60))
+def test_one_replica_is_kafkas_rate_for_any_sequence(events: list[tuple[int, int, bool]]) -> None:
+    quotas = SharedQuotas(CONFIG, clock=StoreClock(offset_ms=777))
+    shared = quotas.rate(KEY)
+    plain = Rate(CONFIG)
+    sums = Sums()
+    now = 0.0
+    for gap, size, sync in events:
+        now += gap
+        shared.record(size, now)
+        plain.record(size, now)
+        if sync:
+            sums.sync(quotas, "only", now)
+        assert shared.measure(now) == plain.measure(now)
+
+
+def _run_replicas(rates_bps: list[float], seconds: float, sync_ms: int = 100,
+                  step_ms: int = 10) -> list[SharedQuotas]:
+    sums = Sums()
+    clock = StoreClock()
+    fleet = [SharedQuotas(CONFIG, clock=clock) for _ in rates_bps]
+    stats = [q.rate(KEY) for q in fleet]
+    now = 0.0
+    while now < seconds * 1000:
+        now += step_ms
+        for stat, bps in zip(stats, rates_bps, strict=True):
+            if bps:
+                stat.record(bps * step_ms / 1000, now)
+        if now % sync_ms == 0:
+            for i, q in enumerate(fleet):
+                sums.sync(q, f"r{i}", now)
+    return fleet
+
+
+def test_each_replica_sees_the_whole_fleets_rate() -> None:
+    fleet = _run_replicas([600.0, 300.0, 100.0], seconds=30)
+    now = 30_000.0
+    for quotas in fleet:
+        seen = quotas.rate(KEY).measure(now)
+        assert seen == pytest.approx(1000.0, rel=0.02)
+
+
+def test_a_replica_with_no_traffic_still_sees_the_others() -> None:
+    fleet = _run_replicas([500.0, 0.0], seconds=20)
+    idle = fleet[1].rate(KEY)
+    assert idle.others_rate(20_000.0) == pytest.approx(500.0, rel=0.02)
+
+
+def test_a_retried_sync_never_counts_twice() -> None:
+    sums = Sums()
+    a, b = SharedQuotas(CONFIG), SharedQuotas(CONFIG)
+    a.rate(KEY).record(10_000, 500)
+    b.rate(KEY).record(5_000, 500)
+    for _ in range(3):  # the same absolute values written again and again
+        for batch in a.collect(600):
+            for key, writes in batch.writes.items():
+                for s, v in writes.items():
+                    sums.counts.setdefault((key, s), {})["a"] = v
+        sums.sync(a, "a", 600)
+    sums.sync(b, "b", 600)
+    sums.sync(a, "a", 700)
+    assert sum(sum(c.values()) for c in sums.counts.values()) == 15_000
+    assert b.rate(KEY).others == {0: 10_000}
+    assert a.rate(KEY).others == {0: 5_000}
+
+
+def test_after_the_store_loses_everything_each_replica_writes_its_retained_samples_again() -> None:
+    sums = Sums()
+    a, b = SharedQuotas(CONFIG), SharedQuotas(CONFIG)
+    ra, rb = a.rate(KEY), b.rate(KEY)
+    for t in range(0, 5000, 100):
+        ra.record(100, t)
+        sums.sync(a, "a", t)
+        sums.sync(b, "b", t)
+    assert rb.others_rate(5000) > 0
+    sums.lose_everything()
+    sums.sync(a, "a", 5100)  # finds its marker gone: lost
+    sums.sync(a, "a", 5200)  # writes everything retained again
+    sums.sync(b, "b", 5200)
+    assert sum(rb.others.values()) == 5000
+    assert sum(sum(c.values()) for c in sums.counts.values()) == 5000
+
+
+def test_degraded_share_is_the_replicas_recent_fraction_but_never_below_one_over_live() -> None:
+    fleet = _run_replicas([750.0, 250.0], seconds=12)
+    now = 12_000.0
+    for q in fleet:
+        q.live_replicas = 2
+        q.degrade(now)
+    hot, cold = fleet[0].rate(KEY), fleet[1].rate(KEY)
+    assert hot.degraded is not None and hot.degraded.share == pytest.approx(0.75, abs=0.01)
+    assert cold.degraded is not None and cold.degraded.share == pytest.approx(0.5)  # 1/N_live
+    # The hot replica alone is now held to 0.75 of the quota: its own rate over its share.
+    assert hot.measure(now) == Rate.measure(hot, now) / hot.degraded.share
+    fleet[0].degrade(now, "closed")
+    assert hot.degraded is not None and hot.degraded.share == 0.5
+    fleet[0].degrade(now, "open")
+    assert hot.degraded is not None and hot.degraded.share == 1.0
+    fleet[0].recover()
+    assert hot.degraded is None
+
+
+def test_an_idle_rate_is_let_go_and_synced_again_when_it_records() -> None:
+    sums = Sums()
+    q = SharedQuotas(CONFIG)
+    r = q.rate(KEY)
+    r.record(100, 0)
+    sums.sync(q, "a", 100)
+    sums.sync(q, "a", 30_000)  # samples out of the window, nothing recorded: let go
+    assert len(q) == 0 and not r.listed
+    r.record(200, 30_100)
+    assert len(q) == 1 and r.listed
+    sums.sync(q, "a", 30_200)
+    assert sums.counts[(KEY, 30)] == {"a": 200}
+
+
+def test_a_shared_bucket_is_charged_with_the_others_spending() -> None:
+    sums = Sums()
+    a, b = SharedQuotas(CONFIG), SharedQuotas(CONFIG)
+    key = sensor_key_text("mutation", "cluster", ("ControllerMutation", "u", ""))
+    ba, bb = a.bucket(key, 10.0), b.bucket(key, 10.0)
+    assert bb.tokens(0) == 110.0  # a burst of N * W * Q
+    ba.record(60, 0)
+    sums.sync(a, "a", 100)
+    sums.sync(b, "b", 100)
+    assert bb.tokens(100) == pytest.approx(110.0 - 60.0, abs=1.5)
+
+
+def test_bucket_of_is_stable_and_spread() -> None:
+    assert bucket_of("produce\x1fcluster\x1fProduce\x1falice\x1f", 16) == bucket_of(
+        "produce\x1fcluster\x1fProduce\x1falice\x1f", 16)
+    spread = {bucket_of(f"k{i}", 16) for i in range(200)}
+    assert spread == set(range(16))
+
+
+def test_shared_rate_is_a_rate() -> None:
+    assert isinstance(SharedQuotas(CONFIG).rate(KEY), SharedRate)
+    assert isinstance(SharedQuotas(CONFIG).rate(KEY), Rate)
