@@ -189,8 +189,6 @@ def test_a_client_that_stops_reading_is_closed_though_its_answers_are_unsent() -
                              and proxied.transport.get_write_buffer_size() > 0)
             await h.wait_for(lambda: idle_closed(h) == 1, timeout=10)
             await h.wait_for(lambda: not h.proxy.connections)
-            (conn,) = [c for c in h.broker.client_conns()]
-            assert 1 <= len(conn.frames) < 100  # it stopped reading requests long before the end
             writer.close()
     run(scenario())
 
