@@ -10,6 +10,7 @@ from rich.table import Table
 
 from bench import (
     analytics,
+    framing,
     producer_ids,
     quota_cost,
     request_check,
@@ -28,6 +29,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                    "tansu proxy", throughput.run),
     "tansu_perf": ("Produce throughput from Tansu's own load generator (tansu perf produce, acks=0): "
                    "direct, kafka-quota-proxy, tansu proxy", tansu_perf.run),
+    "framing": ("Cutting frames out of a client's bytes (FrameDecoder): cost per frame, peak held for "
+                "one large frame", framing.run),
     "quota_cost": ("Quota accounting per request: the quota stages with no quota configured and with "
                    "100 tenants' quotas", quota_cost.run),
     "shared_accuracy": ("Cluster-wide quotas: 3 and 10 proxy replicas sharing one Valkey hold one "

@@ -39,6 +39,9 @@ from kafka_quota_proxy.config.worker_settings import WorkerRole, parse_workers
 from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
 
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# Kafka's connections.max.idle.ms on a broker: a client connection with no byte read or written
+# for this long is closed.
+DEFAULT_CONNECTIONS_MAX_IDLE_MS = 600_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,7 @@ class Settings:
     connect_timeout_seconds: float = 10.0
     shutdown_timeout_seconds: float = 30.0
     max_inflight_requests: int = 5  # per client connection, forwarded and not yet answered
+    connections_max_idle_ms: int | None = DEFAULT_CONNECTIONS_MAX_IDLE_MS  # None: never
     splice: bool = True  # large Fetch responses moved by splice(2) where both sides are plain TCP
     quota: QuotaSettings = QuotaSettings()
     quotas: tuple[QuotaEntry, ...] = ()
@@ -166,6 +170,17 @@ def _node_ports(key: str, value: Any) -> dict[int, int]:
 
 
 
+def _max_idle_ms(key: str, value: Any) -> int | None:
+    """Milliseconds, at least 1; -1 (Kafka's word for never) or null: no idle timeout. Not 0,
+    which Kafka would take as "close every connection at once"."""
+    if value is None or (value == -1 and not isinstance(value, bool)):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(key, f"expected milliseconds (a whole number >= 1), or -1 or null for no "
+                               f"idle timeout, got {value!r}")
+    return value
+
+
 def _metrics(key: str, value: Any) -> HostPort | None:
     return None if value in (None, "", False) else parse_host_port(key, value)
 
@@ -184,6 +199,7 @@ KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "connect_timeout_seconds": ("connect_timeout_seconds", _positive_float),
     "shutdown_timeout_seconds": ("shutdown_timeout_seconds", _positive_float),
     "max_inflight_requests": ("max_inflight_requests", whole_number),
+    "connections_max_idle_ms": ("connections_max_idle_ms", _max_idle_ms),
     "splice": ("splice", boolean),
     "quota": ("quota", lambda k, v: parse_quota_section(v)),
     "quotas": ("quotas", lambda k, v: tuple(parse_quota_list(v))),

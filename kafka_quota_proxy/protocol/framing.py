@@ -2,16 +2,18 @@
 
 `FrameDecoder.feed` returns complete frames, size prefix included, so the proxy can forward a
 frame exactly as received. When a frame lies wholly inside one received chunk it is returned as a
-memoryview slice of that (immutable) chunk: no copy. Only a frame split across chunks is
-assembled, with one join when its last byte arrives; until then the decoder holds views of the
-chunks, and copies of pieces too small to be worth a view (`COPY_BELOW`). `StreamingFrameDecoder`
-does the same, but hands large frames over as they arrive; `FrameDecoder` is the one that never
-does.
+memoryview slice of that (immutable) chunk: no copy. A frame split across chunks is held once:
+a small one as views of the chunks, and copies of pieces too small to be worth a view
+(`COPY_BELOW`), joined when its last byte arrives; a large one (`GATHER_FROM`) copied piece by
+piece into one buffer that grows as bytes arrive and is handed over as it is, so it never exists
+twice. `StreamingFrameDecoder` does the same, but hands large frames over as they arrive;
+`FrameDecoder` is the one that never does.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from io import BytesIO
 from typing import TYPE_CHECKING
 
 from kafka_quota_proxy.protocol.errors import FrameTooLarge, NegativeFrameLength
@@ -23,6 +25,10 @@ DEFAULT_MAX_FRAME_BYTES = 104_857_600  # Kafka's socket.request.max.bytes defaul
 # would otherwise make the decoder hold ~230 bytes per byte (a frame of max_frame_bytes, 23 GB).
 # Views of larger pieces add at most 1.4%.
 COPY_BELOW = 16 * 1024
+# A frame handed over whole from this size up that does not arrive in one chunk is gathered into
+# one buffer rather than joined at the end, which would hold it twice for that instant. Below it,
+# the join costs at most this much more.
+GATHER_FROM = 64 * 1024
 
 
 def frame_size(prefix: bytes | memoryview, max_frame_bytes: int) -> int:
@@ -59,25 +65,30 @@ class _FrameSplitter:
     """What both decoders share: frames of `stream_from` bytes or more are handed over as a
     FrameHead and FramePieces, smaller ones whole."""
 
-    __slots__ = ("max_frame_bytes", "stream_from", "head_bytes", "_parts", "_tail", "_have", "_need",
-                 "_streaming")
+    __slots__ = ("max_frame_bytes", "stream_from", "head_bytes", "gather_from", "_parts", "_tail",
+                 "_gather", "_exact", "_have", "_need", "_streaming")
 
-    def __init__(self, max_frame_bytes: int, stream_from: int, head_bytes: int = 256) -> None:
+    def __init__(self, max_frame_bytes: int, stream_from: int, head_bytes: int = 256,
+                 gather_from: int = GATHER_FROM) -> None:
         if not 4 <= head_bytes < stream_from:
             raise ValueError("head_bytes must be at least 4 and below stream_from")
         self.max_frame_bytes = max_frame_bytes
         self.stream_from = stream_from
         self.head_bytes = head_bytes
-        # The frame so far: views of (immutable) chunks, and small pieces copied together (_keep).
+        self.gather_from = gather_from
+        # The frame so far: views of (immutable) chunks, and small pieces copied together (_keep);
+        # or, for a large frame, the one buffer it is copied into (_gather_in).
         self._parts: list[memoryview | bytearray] = []
         self._tail: bytearray | None = None  # the last part, when small pieces are being copied into it
+        self._gather: BytesIO | None = None
+        self._exact = False  # _gather has been grown to the frame's size
         self._have = 0
         self._need = -1  # the frame's size once its prefix is known
         self._streaming = 0  # bytes of a streamed frame still to come
 
     @property
     def buffered(self) -> int:
-        """Bytes held for a frame (or a large frame's head) not yet handed over."""
+        """Bytes received for a frame (or a large frame's head) not yet handed over."""
         return self._have
 
     def _goal(self, total: int) -> int:
@@ -91,10 +102,20 @@ class _FrameSplitter:
             out.append(FrameHead(bytes(data), total))
             self._streaming = total - self.head_bytes
 
+    def _sized(self) -> None:
+        """The unfinished frame's size is known: a large one is gathered from here on."""
+        if self._goal(self._need) >= self.gather_from:
+            self._gather, self._exact = BytesIO(), False
+            if self._parts:  # a size prefix that came in pieces
+                self._gather_in(b"".join(self._parts), self._have)
+                self._parts, self._tail = [], None
+
     def _keep(self, piece: memoryview) -> None:
         """Hold a piece of the unfinished frame: a view of a large one, a copy of a small one."""
         self._have += len(piece)
-        if len(piece) >= COPY_BELOW:
+        if self._gather is not None:
+            self._gather_in(piece, self._have)
+        elif len(piece) >= COPY_BELOW:
             self._parts.append(piece)
             self._tail = None
         elif self._tail is not None:
@@ -102,6 +123,29 @@ class _FrameSplitter:
         else:
             self._tail = bytearray(piece)
             self._parts.append(self._tail)
+
+    def _gather_in(self, piece: memoryview | bytes, end: int) -> None:
+        """Copy a piece of a large frame into its buffer; `end`: the bytes gathered with it.
+
+        The buffer grows as pieces come, by reallocation, to at most an eighth more than it holds
+        (CPython's BytesIO), until that eighth could take it past the frame's size: then it grows
+        once to exactly that size, zeroing the rest (about a fifth of the frame when its pieces
+        are small), which the pieces overwrite. So it stays under 1.27 times what has arrived,
+        plus 16 bytes, and ends at the frame's size, never past it."""
+        gather = self._gather
+        assert gather is not None
+        if not self._exact:
+            goal = self._goal(self._need)
+            # Grown to `end` it could reach end * 1.125 + 7, and from there a growth to `goal`
+            # is exact only if goal exceeds that by another eighth: end * 1.125**2 and some.
+            if end + (end >> 2) + (end >> 6) + 16 >= goal:
+                if end < goal:
+                    at = end - len(piece)
+                    gather.seek(goal - 1)
+                    gather.write(b"\0")
+                    gather.seek(at)
+                self._exact = True
+        gather.write(piece)
 
     def _split(self, data: bytes) -> list[FrameEvent]:
         """Add received bytes (an immutable chunk); return the frames, heads and pieces they make."""
@@ -129,6 +173,7 @@ class _FrameSplitter:
                         pos += goal
                         continue
                     self._need = total
+                    self._sized()
                 self._keep(view[pos:])
                 return out
             if self._need < 0:  # the size prefix itself was split
@@ -138,17 +183,24 @@ class _FrameSplitter:
                 if self._have < 4:
                     return out
                 self._need = frame_size(b"".join(self._parts), self.max_frame_bytes)
+                self._sized()
             goal = self._goal(self._need)
             missing = goal - self._have
             if end - pos < missing:
                 self._keep(view[pos:])
                 return out
-            self._parts.append(view[pos:pos + missing])
+            whole: bytes | memoryview
+            if self._gather is not None:
+                self._gather_in(view[pos:pos + missing], goal)
+                whole = self._gather.getbuffer()  # the buffer itself, not a copy
+                self._gather = None
+            else:
+                self._parts.append(view[pos:pos + missing])
+                whole = b"".join(self._parts)
             pos += missing
-            joined = b"".join(self._parts)
             total = self._need
             self._parts, self._tail, self._have, self._need = [], None, 0, -1
-            self._hand_over(joined, total, out)
+            self._hand_over(whole, total, out)
         return out
 
 
@@ -183,8 +235,10 @@ class FrameDecoder(_FrameSplitter):
 
     __slots__ = ()
 
-    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
-        super().__init__(max_frame_bytes, stream_from=max_frame_bytes + 5, head_bytes=4)
+    def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
+                 gather_from: int = GATHER_FROM) -> None:
+        super().__init__(max_frame_bytes, stream_from=max_frame_bytes + 5, head_bytes=4,
+                         gather_from=gather_from)
 
     if TYPE_CHECKING:
         def feed(self, data: bytes) -> list[memoryview]:

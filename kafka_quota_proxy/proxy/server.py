@@ -25,6 +25,7 @@ from kafka_quota_proxy.proxy.cluster import Cluster
 from kafka_quota_proxy.proxy.context import ANONYMOUS
 from kafka_quota_proxy.proxy.datapath.client import ClientConnection
 from kafka_quota_proxy.proxy.datapath.host import HostedConnection
+from kafka_quota_proxy.proxy.datapath.idle import IdleSweep
 from kafka_quota_proxy.proxy.datapath.proxy_header import ProxyHeaderThenTls
 from kafka_quota_proxy.proxy.datapath.splice import PipePool
 from kafka_quota_proxy.proxy.datapath.splice import supported as splice_supported
@@ -151,6 +152,8 @@ class Proxy:
             self.spawn(self.store_sync.run_forever())
         self.spawn(self._expire_forever())
         self.spawn(self._expire_producer_ids_forever())
+        if s.connections_max_idle_ms is not None:
+            self.spawn(self._close_idle_forever(s.connections_max_idle_ms / 1000))
         if self.usage is not None:
             self.usage.writer.start()
             self.spawn(self._rotate_usage_forever())
@@ -186,6 +189,15 @@ class Proxy:
         while True:
             await asyncio.sleep(60)
             self.engine.expire()
+
+    async def _close_idle_forever(self, max_idle: float) -> None:
+        """connections_max_idle_ms: one sweep over the open connections every so often, rather
+        than a timer per connection reset on every read."""
+        sweep = IdleSweep(max_idle)
+        while True:
+            await asyncio.sleep(sweep.interval)
+            for conn in sweep.expired(self.connections, self.loop.time()):
+                conn.close_idle(max_idle)
 
     async def _expire_producer_ids_forever(self) -> None:
         """KIP-936's cache cleanup, every producer.id.quota.cache.cleanup.scheduler.interval.ms

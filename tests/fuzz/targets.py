@@ -71,6 +71,7 @@ Target = Callable[[bytes], None]
 MAX_FRAME_BYTES = 1 << 20
 STREAM_FROM = 64
 HEAD_BYTES = 16
+GATHER_FROM = 32  # FrameDecoder: split frames from 32 bytes gathered into one buffer, smaller joined
 RESPONSE_PREFIX = struct.Struct(">hh")  # api_key, api_version in front of a response frame
 SCRAM_SEPARATOR = b"\xff"
 SASL_ROLES = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
@@ -102,7 +103,7 @@ def framing(data: bytes) -> None:
     chunks = _chunks(stream, data[0])
     whole: list[bytes] = []
     whole_error: type[Exception] | None = None
-    decoder = FrameDecoder(MAX_FRAME_BYTES)
+    decoder = FrameDecoder(MAX_FRAME_BYTES, GATHER_FROM)
     try:
         for chunk in chunks:
             whole += [bytes(f) for f in decoder.feed(chunk)]

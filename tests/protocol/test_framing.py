@@ -14,6 +14,7 @@ from kafka_quota_proxy.protocol.errors import FrameTooLarge, NegativeFrameLength
 from kafka_quota_proxy.protocol.framing import (
     COPY_BELOW,
     DEFAULT_MAX_FRAME_BYTES,
+    GATHER_FROM,
     FrameDecoder,
     FrameHead,
     FramePiece,
@@ -133,6 +134,76 @@ def test_a_frame_trickled_a_byte_per_read_is_held_at_about_a_byte_per_byte() -> 
         tracemalloc.stop()
     assert d.buffered == 4 + trickled
     assert held < 2 * trickled + 64 * 1024
+
+
+def _peak_while_feeding(decoder: FrameDecoder, whole: bytes, pieces: list[int]) -> tuple[int, list[bytes]]:
+    """Feed `whole` cut into `pieces` (sizes, cycled), each read a new bytes object made under
+    tracemalloc as a transport's would be; the peak traced meanwhile, and the frames that came."""
+    out: list[bytes] = []
+    tracemalloc.start()
+    try:
+        pos, i = 0, 0
+        while pos < len(whole):
+            n = pieces[i % len(pieces)]
+            got = decoder.feed(whole[pos:pos + n])
+            out += [bytes(f) for f in got[:-1]]
+            if got:  # the last one is measured while it is held, then copied out for the check
+                _, peak = tracemalloc.get_traced_memory()
+                out.append(bytes(got[-1]))
+            del got
+            pos, i = pos + n, i + 1
+    finally:
+        tracemalloc.stop()
+    return peak, out
+
+
+# Read sizes from a trickle to a full read (asyncio and uvloop read at most 256 KiB at a time).
+TRICKLE = [1, 7, 300, 4096, COPY_BELOW - 1, COPY_BELOW, 65_536, 200_000, 3]
+
+
+@pytest.mark.parametrize("pieces", [TRICKLE, [65_536], [256 * 1024], [1000]],
+                         ids=["mixed", "64K", "256K", "1000B"])
+def test_a_large_frame_in_pieces_is_held_once(pieces: list[int]) -> None:
+    # Before: views of the reads (or copies of small ones) and, when the last byte came, their
+    # join: the frame twice. Now one buffer, grown as the pieces come and handed over as it is.
+    whole = frame(random.Random(1).randbytes(8 * 1024 * 1024 - 4))
+    peak, out = _peak_while_feeding(FrameDecoder(), whole, pieces)
+    assert out == [whole]
+    # The fixed amount: the read being handled (at most 256 KiB) and the decoder's own objects.
+    assert peak <= len(whole) + 256 * 1024 + 16 * 1024, peak - len(whole)
+
+
+def test_a_large_frame_that_stops_coming_holds_little_more_than_what_came() -> None:
+    # A slowloris declaring the largest frame allowed and then trickling: the buffer grows with
+    # what arrives (under 1.27 times it), it is not the declared size reserved on a header.
+    d = FrameDecoder()
+    sent = 4 + 1024 * 1024
+    head = prefix(DEFAULT_MAX_FRAME_BYTES) + b"x" * (sent - 4)
+    tracemalloc.start()
+    try:
+        for pos in range(0, sent, 1000):
+            assert d.feed(head[pos:pos + 1000]) == []
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert d.buffered == sent
+    assert held <= 1.27 * sent + 16 * 1024
+
+
+@pytest.mark.parametrize("size", [GATHER_FROM - 1, GATHER_FROM, GATHER_FROM + 1, 3 * GATHER_FROM + 5])
+def test_frames_either_side_of_the_gathering_size_come_back_exactly(size: int) -> None:
+    rng = random.Random(size)
+    frames = [frame(rng.randbytes(size - 4)) for _ in range(3)]
+    stream = b"".join(frames)
+    for cut in [100, COPY_BELOW, size - 1, size, size + 3]:
+        d = FrameDecoder()
+        assert feed_all(d, [stream[a:a + cut] for a in range(0, len(stream), cut)]) == frames, cut
+        assert d.buffered == 0
+    # The size prefix itself in pieces, then the rest in one read and in two.
+    d = FrameDecoder()
+    assert feed_all(d, [stream[:2], stream[2:3], stream[3:size + 1], stream[size + 1:]]) == frames
+    assert feed_all(d, [stream[:size + 2], stream[size + 2:size + 4], stream[size + 4:]]) == frames
+    assert d.buffered == 0
 
 
 @pytest.mark.parametrize("seed", range(10))

@@ -1,4 +1,5 @@
-"""Properties of the frame decoders: any split of a stream of frames gives back the same frames;
+"""Properties of the frame decoders: any split of a stream of frames gives back the same frames,
+whichever frames are gathered into one growing buffer (`gather_from`) and which are joined;
 arbitrary bytes raise nothing but ProtocolError; what a decoder holds stays within its limit."""
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from kafka_quota_proxy.protocol.errors import FrameTooLarge, NegativeFrameLength
 from kafka_quota_proxy.protocol.framing import FrameDecoder, FrameHead, FramePiece, StreamingFrameDecoder
 
 MAX_FRAME = 400  # small, so that generated streams reach the limit
+# The size from which a split frame is gathered: from every frame (4) to none (past the limit).
+gather_sizes = st.integers(4, MAX_FRAME + 5)
 
 
 def framed(payload: bytes) -> bytes:
@@ -35,10 +38,12 @@ def split_stream(draw: st.DrawFn) -> tuple[list[bytes], list[bytes]]:
     return frames, draw(chunked(b"".join(frames)))
 
 
-@given(split_stream())
-def test_any_split_gives_the_same_frames(case: tuple[list[bytes], list[bytes]]) -> None:
+@given(split_stream(), gather_sizes)
+@example(([b"\x00\x00\x00\x06abcdef"], [b"\x00\x00", b"\x00\x06a", b"bc", b"", b"def"]), 5)  # prefix split
+@example(([b"\x00\x00\x00\x40" + bytes(64)], [b"\x00\x00\x00\x40" + bytes(60), bytes(4)]), 20)  # one jump
+def test_any_split_gives_the_same_frames(case: tuple[list[bytes], list[bytes]], gather_from: int) -> None:
     frames, chunks = case
-    decoder = FrameDecoder(MAX_FRAME)
+    decoder = FrameDecoder(MAX_FRAME, gather_from=gather_from)
     got: list[bytes] = []
     for chunk in chunks:
         out = decoder.feed(chunk)
@@ -49,17 +54,17 @@ def test_any_split_gives_the_same_frames(case: tuple[list[bytes], list[bytes]]) 
 
 
 @st.composite
-def streaming_case(draw: st.DrawFn) -> tuple[int, int, list[bytes], list[bytes]]:
+def streaming_case(draw: st.DrawFn) -> tuple[int, int, int, list[bytes], list[bytes]]:
     stream_from = draw(st.integers(5, 200))
     head_bytes = draw(st.integers(4, stream_from - 1))
     frames, chunks = draw(split_stream())
-    return stream_from, head_bytes, frames, chunks
+    return stream_from, head_bytes, draw(gather_sizes), frames, chunks
 
 
 @given(streaming_case())
-def test_streamed_frames_reassemble_exactly(case: tuple[int, int, list[bytes], list[bytes]]) -> None:
-    stream_from, head_bytes, frames, chunks = case
-    decoder = StreamingFrameDecoder(MAX_FRAME, stream_from, head_bytes)
+def test_streamed_frames_reassemble_exactly(case: tuple[int, int, int, list[bytes], list[bytes]]) -> None:
+    stream_from, head_bytes, gather_from, frames, chunks = case
+    decoder = StreamingFrameDecoder(MAX_FRAME, stream_from, head_bytes, gather_from)
     got: list[bytes] = []
     current: bytearray | None = None  # the large frame being handed over in pieces
     expected_size = 0
@@ -83,15 +88,17 @@ def test_streamed_frames_reassemble_exactly(case: tuple[int, int, list[bytes], l
     assert current is None and decoder.streaming_left == 0 and decoder.buffered == 0
 
 
-@given(st.lists(st.binary(max_size=64), max_size=10), st.integers(0, 3))
-@example([b"\xff\xff\xff\xff"], 0)  # size -1
-@example([b"\x00\x00\x01", b"\x91"], 0)  # size 401, one over the limit, its prefix split
-def test_arbitrary_bytes_raise_only_protocol_errors(chunks: list[bytes], which: int) -> None:
+@given(st.lists(st.binary(max_size=64), max_size=10), st.integers(0, 3), gather_sizes)
+@example([b"\xff\xff\xff\xff"], 0, MAX_FRAME + 5)  # size -1
+@example([b"\x00\x00\x01", b"\x91"], 0, MAX_FRAME + 5)  # size 401, one over the limit, its prefix split
+def test_arbitrary_bytes_raise_only_protocol_errors(chunks: list[bytes], which: int,
+                                                    gather_from: int) -> None:
     decoder: FrameDecoder | StreamingFrameDecoder
     if which == 0:
-        decoder = FrameDecoder(MAX_FRAME)
+        decoder = FrameDecoder(MAX_FRAME, gather_from)
     else:
-        decoder = StreamingFrameDecoder(MAX_FRAME, stream_from=16 * which, head_bytes=4 * which)
+        decoder = StreamingFrameDecoder(MAX_FRAME, stream_from=16 * which, head_bytes=4 * which,
+                                        gather_from=gather_from)
     try:
         for chunk in chunks:
             decoder.feed(chunk)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,6 +14,19 @@ from kafka_quota_proxy.proxy.server import Proxy
 from tests.support.fake_broker import NODE_ID, FakeBroker, Handler, default_handler
 
 CLIENT_ID = b"test-client"
+# The event loops a test may run the proxy on: asyncio's, and uvloop, which the proxy runs on
+# when installed (cli/main.py). Their transports differ where it matters here: uvloop starts
+# reading a connection after connection_made whatever it asked; TLS shuts down differently.
+LOOPS = ["asyncio", "uvloop"]
+
+
+def run_on(loop: str, coro: Coroutine[Any, Any, None]) -> None:
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(coro)
+    else:
+        asyncio.run(coro)
 
 
 def request_frame(api_key: int, version: int, correlation_id: int, body: bytes = b"",

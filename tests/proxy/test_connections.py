@@ -16,13 +16,17 @@ from devkit.processes import free_port
 from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_request
+from kafka_quota_proxy.proxy.datapath import client as client_module
+from kafka_quota_proxy.proxy.datapath.client import ClientConnection
 from tests.proxy.conftest import (
+    LOOPS,
     correlation_id,
     is_closed,
     list_groups,
     produce_acks0_v3,
     read_frame,
     request_frame,
+    run_on,
     running,
 )
 from tests.proxy.quota_support import describe, entries
@@ -283,6 +287,53 @@ def test_acks0_records_reach_a_broker_that_answers_them_when_client_closes_at_on
             assert h.broker.client_conns()[0].frames == frames
             await h.wait_for(lambda: not h.proxy.connections)
     run(scenario())
+
+
+@pytest.fixture
+def slow_broker_connect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every broker connection of the proxy's data path takes 0.4 s to be made."""
+    real = client_module.open_upstream_connection
+
+    async def slow(*args: Any) -> Any:
+        await asyncio.sleep(0.4)
+        return await real(*args)
+    monkeypatch.setattr(client_module, "open_upstream_connection", slow)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_requests_read_before_the_broker_connection_is_up_reach_it_though_the_client_left(
+        loop: str, slow_broker_connect: None) -> None:
+    """On uvloop the proxy reads a new connection at once, though it asked not to until its
+    broker connection is made; a client that sent and left meanwhile lost what it sent."""
+    async def scenario() -> None:
+        async with running() as h:
+            _, writer = await h.connect()
+            frames = [produce_acks0_v3(i) for i in range(1, 201)]
+            writer.write(b"".join(frames))
+            await writer.drain()
+            writer.close()
+            await h.wait_for(lambda: sum(len(c.frames) for c in h.broker.client_conns()) == 200)
+            assert h.broker.client_conns()[0].frames == frames
+            await h.wait_for(lambda: not h.proxy.connections)
+    run_on(loop, scenario())
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_client_is_not_read_while_its_broker_connection_is_made(loop: str,
+                                                                  slow_broker_connect: None) -> None:
+    """What the proxy holds for a connection before its broker connection is up: one read at
+    most, not all a client sends meanwhile (on uvloop: everything, before the fix)."""
+    async def scenario() -> None:
+        async with running() as h:
+            _, writer = await h.connect()
+            writer.write(bytes(8 << 20))  # 8 MiB: the start of one large frame and more
+            await asyncio.sleep(0.3)
+            (conn,) = h.proxy.connections
+            assert isinstance(conn, ClientConnection)
+            assert conn.upstream is None
+            assert sum(len(data) for data in conn._early) <= 256 * 1024
+            writer.close()
+    run_on(loop, scenario())
 
 
 def test_broker_closing_closes_the_client() -> None:

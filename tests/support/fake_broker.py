@@ -10,6 +10,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from ssl import SSLContext
 
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataResponse
@@ -57,6 +58,7 @@ class BrokerConn:
     received: bytearray = field(default_factory=bytearray)
     frames: list[bytes] = field(default_factory=list)
     reading: asyncio.Event = field(default_factory=asyncio.Event)
+    ended_at: float | None = None  # loop time when the broker stopped serving this connection
 
     def close(self) -> None:
         self.writer.close()
@@ -70,8 +72,9 @@ class FakeBroker:
         self.metadata_topics: list[str] = []  # topics named in every Metadata response
         self._server: asyncio.Server | None = None
 
-    async def start(self, port: int = 0) -> FakeBroker:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port)
+    async def start(self, port: int = 0, ssl: SSLContext | None = None) -> FakeBroker:
+        """Listen on loopback (`port`, or any free one), speaking TLS with `ssl` if given."""
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", port, ssl=ssl)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -120,24 +123,31 @@ class FakeBroker:
         except (ConnectionError, asyncio.CancelledError):
             return
         finally:
+            conn.ended_at = asyncio.get_running_loop().time()
             writer.close()
 
     async def _answer(self, conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | Chunked | None:
-        if header.api_key == 18:
-            v = header.api_version
-            resp = ApiVersionsResponse(version=v, error_code=0, throttle_time_ms=0, api_keys=[
-                ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-                for k, lo, hi in API_KEYS])
-            return bytes(resp.encode(version=v))
-        if header.api_key == 3:
-            v = header.api_version
-            resp = MetadataResponse(version=v, throttle_time_ms=0, brokers=[
-                MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host="127.0.0.1",
-                                                        port=self.port, rack=None)],
-                cluster_id="fake", controller_id=NODE_ID, topics=[
-                    MetadataResponse.MetadataResponseTopic(
-                        error_code=0, name=name, topic_id=uuid.UUID(int=0), is_internal=False,
-                        partitions=[])
-                    for name in self.metadata_topics])
-            return bytes(resp.encode(version=v))
+        answer = cluster_answer(header, self.port, self.metadata_topics)
+        if answer is not None:
+            return answer
         return await self.handler(conn, header, frame)
+
+
+def cluster_answer(header: RequestHeader, port: int, topics: list[str]) -> bytes | None:
+    """The body of a broker's answer to ApiVersions or Metadata (itself the only node, on `port`,
+    `topics` with no partitions); None for any other request."""
+    v = header.api_version
+    if header.api_key == 18:
+        resp = ApiVersionsResponse(version=v, error_code=0, throttle_time_ms=0, api_keys=[
+            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+            for k, lo, hi in API_KEYS])
+        return bytes(resp.encode(version=v))
+    if header.api_key == 3:
+        meta = MetadataResponse(version=v, throttle_time_ms=0, brokers=[
+            MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host="127.0.0.1", port=port, rack=None)],
+            cluster_id="fake", controller_id=NODE_ID, topics=[
+                MetadataResponse.MetadataResponseTopic(
+                    error_code=0, name=name, topic_id=uuid.UUID(int=0), is_internal=False, partitions=[])
+                for name in topics])
+        return bytes(meta.encode(version=v))
+    return None

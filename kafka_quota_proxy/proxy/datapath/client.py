@@ -18,6 +18,7 @@ answer that comes for it is passed on in its place, and one that never comes hol
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -104,6 +105,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         # A PROXY header read before the TLS handshake (ProxyHeaderThenTls), not in the stream.
         self.proxied: ProxyHeader | None = None
         self.admitted = False  # counted in the proxy's per-IP connection counts
+        self.io_count = 0  # reads from and writes to the client, for the idle sweep (idle.py)
 
     # -- client side ---------------------------------------------------------------------------
 
@@ -158,7 +160,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 self.proxy.metrics.upstream_connect_failures.inc()
                 errors.append(f"{target}: {exc or 'timed out'}")
                 continue
-            if self._closed:
+            if self._closed and not self._early:
                 upstream.transport.close()  # type: ignore[union-attr]
                 return
             self.upstream = upstream
@@ -167,7 +169,11 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.gate.resume("connecting")
             early, self._early = self._early, []
             for data in early:
-                self.data_received(data)
+                self._receive(data)
+            if self._closed:
+                # The client left meanwhile: what it sent still reaches the broker, as it would
+                # had it left a moment later.
+                upstream.linger()
             return
         if not self._closed:
             log.warning("closing connection from %s: no broker reachable for %s (%s)",
@@ -175,16 +181,23 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.close()
 
     def data_received(self, data: bytes) -> None:
+        self.io_count += 1
         if self._closed or self._lingering:
             return
         if self._proxy_header is not None:
             self._receive_proxy_header(data)
             return
         if self.upstream is None:
-            # Reading is paused until the broker connection is up, but a loop may still hand
-            # over what it had already read.
+            # Reading is paused until the broker connection is up, but uvloop starts reading
+            # after connection_made whatever was asked there: keep this read and pause again.
             self._early.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()
             return
+        self._receive(data)
+
+    def _receive(self, data: bytes) -> None:
+        """Requests out of bytes read from the client, handled in turn unless held."""
         try:
             frames = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -328,8 +341,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             # Not abort(): requests already read (acks=0 records among them) still reach the
             # broker, and it gets to handle them (UpstreamConnection.linger).
             self.upstream.linger()
-        elif self._connect_task is not None and not self._connect_task.done():
-            self._connect_task.cancel()
+        elif self._connect_task is not None and not self._connect_task.done() and not self._early:
+            self._connect_task.cancel()  # else it forwards what was read once connected
         if self._unmute is not None:
             self._unmute.cancel()
         if self._header_timer is not None:
@@ -339,6 +352,16 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self.proxy.connection_closed(self)
 
     # -- broker side -----------------------------------------------------------------------------
+
+    def answered_late(self, head: bytes | memoryview) -> None:
+        """A response (or its head) the broker sent after the client left: only counted, so that
+        the lingering broker connection knows what it is still owed (upstream.py, `linger`)."""
+        with contextlib.suppress(ProtocolError):
+            self._answered(head)
+
+    def owed_by_broker(self) -> tuple[int, int]:
+        """Forwarded requests still to be answered, and acks=0 Produce requests that may be."""
+        return len(self._awaiting), len(self._unasked)
 
     def on_response(self, frame: memoryview) -> None:
         """Called by the upstream connection for each complete response frame."""
@@ -401,6 +424,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     def _write(self, data: Response) -> None:
         if self._closed or self._lingering or self.transport is None:
             return
+        self.io_count += 1
         corked = self._corked
         if corked is not None:
             if isinstance(data, list):
@@ -483,6 +507,40 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.close()
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def io_mark(self) -> tuple[int, int, int]:
+        """What moves when a byte is read from or written to the client: the reads and writes,
+        the write buffer as the client takes from it, and a splice's progress."""
+        transport = self.transport
+        return (self.io_count, transport.get_write_buffer_size() if transport is not None else 0,
+                self._splice.moved if self._splice is not None else 0)
+
+    def owed(self) -> bool:
+        """Whether the connection waits on the proxy or the broker rather than on its client, and
+        so is not idle however long that takes: its broker connection is being made; it is
+        draining or closing (timers of their own end those); requests it sent are held by the
+        proxy (a throttle, an authentication being decided) or are at the broker while the
+        client has read everything sent to it. A client that stops reading is owed nothing."""
+        if self.upstream is None or self._draining or self._lingering or self._closed or self._held:
+            return True
+        gate = self.gate
+        if gate is not None and ("throttle" in gate.reasons or "authenticating" in gate.reasons):
+            return True
+        transport = self.transport
+        return bool(self._awaiting) and (transport is None or not transport.get_write_buffer_size())
+
+    def close_idle(self, max_idle: float) -> None:
+        """Close a connection found idle for `max_idle` seconds (idle.py)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        log.debug("closing connection from %s: no byte read or written for %.0f ms "
+                  "(connections_max_idle_ms)", self.info.describe(), max_idle * 1000)
+        self.proxy.metrics.idle_connections_closed.inc()
+        if transport.get_write_buffer_size():
+            transport.abort()  # a client that stopped reading: what is buffered would never go
+        else:
+            self.close()
 
     def begin_drain(self) -> None:
         """Stop reading new requests; close once every in-flight request has its response."""

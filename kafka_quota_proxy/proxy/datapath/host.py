@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Hashable
 from typing import Any, Protocol
 
 from kafka_quota_proxy.config import Settings
@@ -19,13 +19,20 @@ from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 
 
 class HostedConnection(Protocol):
-    """A client connection as the proxy keeps it: counted per client address, drained at shutdown."""
+    """A client connection as the proxy keeps it: counted per client address, closed when idle
+    (idle.py), drained at shutdown."""
 
     info: ConnectionInfo
     admitted: bool
     transport: asyncio.Transport | None
 
     def begin_drain(self) -> None: ...
+
+    def io_mark(self) -> Hashable: ...
+
+    def owed(self) -> bool: ...
+
+    def close_idle(self, max_idle: float) -> None: ...
 
 
 class ConnectionHost(Protocol):

@@ -26,8 +26,9 @@ STREAM_FROM = 64 * 1024
 # After its client has gone, how long a broker connection is kept to let the broker finish the
 # requests it was sent (`UpstreamConnection.linger`).
 LINGER_SECONDS = 30.0
-
-
+# Over TLS: how long the broker may send nothing, when all the proxy may still be owed is answers
+# to acks=0 Produce requests (Kafka sends none), before the connection is ended.
+LINGER_QUIET_SECONDS = 1.0
 
 
 class ResponseSink(Protocol):
@@ -43,6 +44,8 @@ class ResponseSink(Protocol):
     def on_response_piece(self, piece: FramePiece) -> None: ...
     def splice_rest(self, upstream: UpstreamConnection) -> None: ...
     def upstream_lost(self, reason: str | None) -> None: ...
+    def answered_late(self, head: bytes | memoryview) -> None: ...
+    def owed_by_broker(self) -> tuple[int, int]: ...
 
 
 async def open_upstream_connection(proxy: ConnectionHost, client: ResponseSink,
@@ -85,6 +88,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.fd: int | None = None  # the socket's descriptor when splices may read from it
         self.lingering: asyncio.TimerHandle | None = None  # the client has gone (`linger`)
+        # Over TLS while lingering: when the broker last sent anything, and the next look at it.
+        self._heard_at: float | None = None
+        self._settling: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
@@ -100,22 +106,64 @@ class UpstreamConnection(asyncio.Protocol):
         broker's next answer, and a broker that answers acks=0 Produce requests (Tansu) drops
         every request it had yet to read when an answer cannot be written. A client that sends
         acks=0 records and disconnects has them all reach such a broker this way, which it would
-        not if connected directly. Kafka reads on to the end, answers nothing, and closes."""
+        not if connected directly. Kafka reads on to the end, answers nothing, and closes.
+
+        TLS has no half-close here: a broker on asyncio closes when it reads close_notify, and
+        asyncio's own transport aborts when an answer follows the close_notify it sent. So over
+        TLS the connection stays whole while the answers are counted, and is closed once the
+        broker owes nothing, or has sent nothing for LINGER_QUIET_SECONDS when all it might owe
+        is answers to acks=0 requests (`_settle`)."""
         transport = self.transport
         if transport is None or transport.is_closing() or self.lingering is not None:
             return
-        if not transport.can_write_eof():  # TLS: no half-close; close after the writes
-            transport.close()
-            return
-        transport.write_eof()  # after the buffered writes
         self.lingering = self.proxy.loop.call_later(LINGER_SECONDS, transport.abort)
         if self.gate is not None:
             self.gate.reasons.clear()
             transport.resume_reading()
+        if transport.can_write_eof():
+            transport.write_eof()  # after the buffered writes
+            return
+        self._heard_at = self.proxy.loop.time()
+        self._settle()
+
+    def _settle(self) -> None:
+        """Over TLS, after the client has gone: close once nothing more is owed (see `linger`)."""
+        self._settling = None
+        transport = self.transport
+        if transport is None or transport.is_closing() or self._heard_at is None:
+            return
+        awaiting, unasked = self.client.owed_by_broker()
+        quiet_until = self._heard_at + LINGER_QUIET_SECONDS
+        if not awaiting and (not unasked or self.proxy.loop.time() >= quiet_until):
+            if self.lingering is not None:
+                self.lingering.cancel()
+            transport.close()  # close_notify after the buffered writes
+        elif unasked and not awaiting:
+            self._settling = self.proxy.loop.call_at(quiet_until, self._settle)
+
+    def _count_late_answers(self, data: bytes) -> None:
+        """Over TLS, after the client has gone: the broker's answers, counted and dropped."""
+        self._heard_at = self.proxy.loop.time()
+        try:
+            events = self.decoder.feed(data)
+        except ProtocolError:
+            if self.transport is not None:
+                self.transport.abort()
+            return
+        for event in events:
+            if isinstance(event, memoryview):
+                self.client.answered_late(event)
+            elif isinstance(event, FrameHead):
+                self.client.answered_late(event.data)
+        if self._settling is not None:
+            self._settling.cancel()
+        self._settle()
 
     def data_received(self, data: bytes) -> None:
-        if self.lingering is not None:
-            return  # answers for a client that has gone
+        if self.lingering is not None:  # answers for a client that has gone
+            if self._heard_at is not None:
+                self._count_late_answers(data)
+            return
         client = self.client
         client.cork()
         try:
@@ -150,6 +198,8 @@ class UpstreamConnection(asyncio.Protocol):
             self.client.gate.resume("upstream-busy")
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._settling is not None:
+            self._settling.cancel()
         if self.lingering is not None:
             self.lingering.cancel()
             return

@@ -83,6 +83,9 @@ class ProxyMetrics:
                                             registry=r)
         self.connections_closed = Counter(p + "connections_closed", "Client connections closed",
                                           registry=r)
+        self.idle_connections_closed = Counter(p + "idle_connections_closed", "Client connections "
+                                               "closed after connections_max_idle_ms with no byte "
+                                               "read or written", registry=r)
         self.quota_changes = Counter(p + "quota_changes", "Quota changes asked for, by source (api, "
                                      "file) and outcome (accepted, refused, validated)",
                                      ["source", "outcome"], registry=r)

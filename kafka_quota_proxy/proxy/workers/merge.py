@@ -42,6 +42,7 @@ RULES: dict[str, Rule] = {
     P + "connections_open": SUM,
     P + "connections_accepted": SUM,
     P + "connections_closed": SUM,
+    P + "idle_connections_closed": SUM,
     P + "quota_changes": _by_source,
     P + "protocol_errors": SUM,
     P + "authentication_failures": SUM,
