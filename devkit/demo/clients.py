@@ -183,3 +183,36 @@ class SampleConsumer(threading.Thread):
                     self.seen.add(seq)
                 self.records += 1
                 self.bytes += len(msg) + len(key)
+
+
+def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 20.0) -> set[int]:
+    """Every record key's sequence in the topic, read with a fresh consumer from the beginning to
+    the end it finds (through the proxy, as the demo's clients)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": "kqp-demo-read-back",
+                  "group.id": "kqp-demo-unused", "enable.auto.commit": False,
+                  "enable.partition.eof": True})
+    seen: set[int] = set()
+    try:
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        at_end: set[int] = set()
+        deadline = time.monotonic() + seconds
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            msgs = c.consume(num_messages=1000, timeout=0.2)
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        at_end.add(msg.partition() or 0)
+                    continue
+                at_end.discard(msg.partition() or 0)
+                seen.add(int.from_bytes(msg.key() or b"", "big"))
+            if msgs:
+                quiet_since = time.monotonic()
+            elif len(at_end) == partitions and time.monotonic() - quiet_since > 1.0:
+                break
+    finally:
+        c.close()
+    return seen

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from devkit.tansu import Broker
+
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,3 +83,20 @@ def test_replicas_demo_shows_the_quota_multiplied_then_shared() -> None:
     assert "2. With a shared Valkey" in out
     assert "x the quota: each replica enforces it alone" in out
     assert "x the quota: the replicas enforce it together" in out
+
+
+def test_the_demo_reads_the_log_back_when_its_live_consumer_passed_over_records(
+        broker: Broker, topic_name: str) -> None:
+    """The judgement's second look (devkit/demo/run.py): every record in the log is found."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from devkit.demo.clients import read_back
+
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    p = Producer({"bootstrap.servers": broker.address})
+    for seq in range(300):
+        p.produce(topic_name, b"v", key=seq.to_bytes(8, "big"), partition=seq % 2)
+    assert p.flush(30) == 0
+    assert read_back(broker.address, topic_name, 2) == set(range(300))
