@@ -57,7 +57,7 @@ class Degraded:
 
 
 SLOTS = ("key", "clock", "_aligned_window", "_keep", "own", "pushed", "others", "_others_sum",
-         "_cur_sample", "_cur_value", "degraded", "seen_ms", "home", "listed")
+         "_cur_sample", "_cur_value", "degraded", "seen_ms", "home", "listed", "since_read", "ratio")
 
 
 class AlignedCounts:
@@ -78,6 +78,12 @@ class AlignedCounts:
     seen_ms: float  # the last `now_ms` recorded at
     home: SharedQuotas  # the registry the sync reads
     listed: bool  # False once the registry let this stat go for being idle
+    # This replica's bytes since the others' were last read, and how many bytes the others have
+    # lately added for each of its own (capped at N_live - 1): until the next read, the others
+    # are taken to go on in that proportion, so that replicas running at once do not each admit
+    # all the headroom they saw.
+    since_read: float
+    ratio: float
 
     def _init_counts(self, config: MetricConfig, key: str, home: SharedQuotas) -> None:
         self.key = key
@@ -94,6 +100,8 @@ class AlignedCounts:
         self._cur_value = 0.0
         self.degraded = None
         self.seen_ms = -math.inf
+        self.since_read = 0.0
+        self.ratio = 0.0
 
     def _count(self, value: float, now_ms: float) -> None:
         sample = int((now_ms + self.clock.offset_ms) // self._aligned_window)
@@ -142,6 +150,11 @@ class AlignedCounts:
         for s in [s for s in others if s < sample_floor]:
             del others[s]
         self._others_sum = sum(others.values())
+        mine, total = self.window_bytes(now_ms)
+        theirs = total - mine
+        cap = max(0, self.home.live_replicas - 1)
+        self.ratio = 0.0 if theirs <= 0 else min(theirs / mine, cap) if mine > 0 else float(cap)
+        self.since_read = 0.0
 
     def window_bytes(self, now_ms: float) -> tuple[int, int]:
         """(this replica's, all replicas') counts in the retained aligned samples: the replica's
@@ -173,6 +186,7 @@ class SharedRate(AlignedCounts, Rate):
         if sample != self._cur_sample:
             self._count(0.0, now_ms)
         self._cur_value += value
+        self.since_read += value
         self.seen_ms = now_ms
 
     def others_rate(self, now_ms: float) -> float:
@@ -180,6 +194,7 @@ class SharedRate(AlignedCounts, Rate):
         over the span from the oldest non-empty one to now, at least (N-1) windows."""
         if not self._others_sum:
             return 0.0
+        predicted = self.ratio * self.since_read  # the others' bytes since the read, estimated
         w = self._aligned_window
         wall = now_ms + self.clock.offset_ms
         low = int(wall // w) - self._keep
@@ -193,7 +208,7 @@ class SharedRate(AlignedCounts, Rate):
         if oldest is None or total <= 0:
             return 0.0
         span = max(wall - oldest * w, (self._keep - 1) * w, 1.0)
-        return total / (span / 1000.0)
+        return (total + predicted) / (span / 1000.0)
 
     def measure(self, now_ms: float) -> float:
         own = Rate.measure(self, now_ms)
@@ -207,8 +222,8 @@ class SharedRate(AlignedCounts, Rate):
         if degraded is not None:
             bound *= degraded.share
         elif self._others_sum:
-            # others_rate is at most their sum over (N-1) windows
-            bound -= self._others_sum / self._min_window_s
+            # others_rate is at most their sum (and the predicted part) over (N-1) windows
+            bound -= (self._others_sum + self.ratio * self.since_read) / self._min_window_s
         # Rate.surely_within, inlined: this runs on every charged request.
         oldest = self._oldest
         return (self._exact and now_ms < self._purge_due and oldest is not None and now_ms >= oldest

@@ -209,3 +209,26 @@ def test_bucket_of_is_stable_and_spread() -> None:
 def test_shared_rate_is_a_rate() -> None:
     assert isinstance(SharedQuotas(CONFIG).rate(KEY), SharedRate)
     assert isinstance(SharedQuotas(CONFIG).rate(KEY), Rate)
+
+
+def test_until_the_next_read_the_others_are_taken_to_go_on_in_their_recent_proportion() -> None:
+    """Replicas running at once must not each admit all the headroom they saw: between reads, a
+    replica counts its new bytes again for the others, as many times as they lately had its."""
+    fleet = _run_replicas([300.0, 600.0], seconds=12)
+    for q in fleet:
+        q.live_replicas = 3  # a third one idle: the cap, N_live - 1, is 2
+    sums = Sums()
+    for i, q in enumerate(fleet):
+        sums.sync(q, f"again{i}", 12_000)
+    slow = fleet[0].rate(KEY)
+    mine, total = slow.window_bytes(12_000.0)
+    assert slow.ratio == (total - mine) / mine  # the other lately sent about twice its bytes
+    assert 1.7 < slow.ratio < 2.0
+    before = slow.others_rate(12_050.0)
+    slow.record(1_000, 12_050.0)
+    # 1,000 more of its own, so 2,000 more of the others' until the next read
+    assert slow.others_rate(12_050.0) == pytest.approx(before + slow.ratio * 1_000 / 11.05, rel=0.01)
+    assert 0.45 < fleet[1].rate(KEY).ratio < 0.6
+    fleet[0].live_replicas = 2
+    sums.sync(fleet[0], "again0", 12_100)
+    assert slow.ratio == 1.0  # capped at N_live - 1
