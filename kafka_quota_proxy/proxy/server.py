@@ -332,8 +332,14 @@ class Proxy:
             self.usage.rotate()
             await self.loop.run_in_executor(None, self.usage.writer.close)
         if self.store_sync is not None:
-            await self.store_sync.sync_once()  # what this replica counted last, for the others
-            await self.store_sync.close()
+            # What this replica counted last, for the others; a store that does not answer must
+            # not hold the shutdown up (each call has its own timeout; this bounds them all).
+            try:
+                async with asyncio.timeout(2 * self.store_sync.settings.timeout_ms / 1000 + 1):
+                    await self.store_sync.sync_once()
+                    await self.store_sync.close()
+            except TimeoutError:
+                log.warning("quota store: the last sync at shutdown did not finish in time")
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server.server_close()

@@ -32,8 +32,11 @@ P = "kafka_quota_proxy_"
 
 @pytest.fixture
 def workers(broker: Broker, broker_node_id: int, tmp_path: Path) -> Iterator[ProxyProcess]:
+    # A drain bounded well inside terminate()'s 30 s: on a loaded machine one took the whole
+    # default 30 s once (not reproduced since), and the test then timed out first.
     proxy = ProxyProcess(broker.address, broker_node_id, extra_config={
-        "workers": 2, "usage_log": {"dir": str(tmp_path / "usage"), "interval_seconds": 1}}).start()
+        "workers": 2, "shutdown_timeout_seconds": 10,
+        "usage_log": {"dir": str(tmp_path / "usage"), "interval_seconds": 1}}).start()
     try:
         yield proxy
     finally:
