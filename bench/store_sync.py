@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.store_script import SYNC_SCRIPT_BATCHED, bucket_keys, sync_args
-from devkit.valkey import ValkeyServer
+from devkit.valkey import ValkeyServer, encode_command
 
 SAMPLE_WIDTH = 12  # digits of a sample id in a key, fixed so it can be replaced in place
 PLACEHOLDER = b"9" * SAMPLE_WIDTH
@@ -66,14 +66,6 @@ class Config:
 QUICK = Config(replicas=10, tenants=1_000, seconds=20.0, warmup=6.0)
 
 
-def _encode(args: list[Any]) -> bytes:
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
 def replica_requests(cfg: Config, replica: int, sha: str) -> tuple[list[bytes], list[bytes], int]:
     """The replica's sync, two ways (its changed tenants' values differ between them, so each
     sync writes new values for those), with the sample id a placeholder; and its entity count."""
@@ -92,7 +84,7 @@ def replica_requests(cfg: Config, replica: int, sha: str) -> tuple[list[bytes], 
             updates = [(f"u:t{t}", 1000 + flip) for t in members if t in changed]
             reads = [f"u:t{t}" for t in members if t not in changed]
             keys = bucket_keys("kqp", bucket, int(PLACEHOLDER))
-            ways[flip].append(_encode(["EVALSHA", sha, 2, *keys,
+            ways[flip].append(encode_command(["EVALSHA", sha, 2, *keys,
                                        *sync_args(f"r{replica}", ttl_ms, updates, reads)]))
     return ways[0], ways[1], len(tenants)
 

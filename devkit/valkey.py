@@ -61,7 +61,8 @@ def valkey_binary(explicit: str | None = None) -> str:
 
 # -- a few lines of RESP ---------------------------------------------------------------------------
 
-def _encode(args: Sequence[Any]) -> bytes:
+def encode_command(args: Sequence[Any]) -> bytes:
+    """One command as RESP, the way clients send it."""
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
         data = arg if isinstance(arg, bytes) else str(arg).encode()
@@ -133,7 +134,7 @@ class Connection:
             self.command("AUTH", password)
 
     def command(self, *args: Any) -> Any:
-        self.sock.sendall(_encode(args))
+        self.sock.sendall(encode_command(args))
         return _raise(self.reader.reply())
 
     def close(self) -> None:
@@ -403,9 +404,9 @@ class ValkeyServer:
         with self.connect(timeout) as sock:
             reader = _Reader(sock)
             if self.password:
-                sock.sendall(_encode(["AUTH", self.password]))
+                sock.sendall(encode_command(["AUTH", self.password]))
                 _raise(reader.reply())
-            sock.sendall(b"".join(_encode(c) for c in commands))
+            sock.sendall(b"".join(encode_command(c) for c in commands))
             return [reader.reply() for _ in commands]
 
     def command(self, *args: Any, timeout: float = 5.0) -> Any:

@@ -22,7 +22,7 @@ quota (see `Degraded`); `recover` switches back.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -33,7 +33,7 @@ FailurePolicy = Literal["local_share", "open", "closed"]
 
 
 class StoreClock:
-    """Wall time in the store's terms: `wall_ms(now_ms)` for the proxy's monotonic `now_ms`.
+    """Wall time in the store's terms: the proxy's monotonic `now_ms` plus `offset_ms`.
 
     `offset_ms` is set by the sync from the store's own TIME, so replicas on hosts whose clocks
     differ still agree on which aligned sample a byte belongs to."""
@@ -104,14 +104,18 @@ class AlignedCounts:
         self.ratio = 0.0
 
     def _count(self, value: float, now_ms: float) -> None:
-        sample = int((now_ms + self.clock.offset_ms) // self._aligned_window)
+        sample = self.clock.sample(now_ms, self._aligned_window)
         if sample != self._cur_sample:
-            self._flush_current()
-            self._cur_sample = sample
-            if not self.listed:
-                self.home.relist(self)  # type: ignore[arg-type]  # only the stats below mix this in
+            self._enter_sample(sample)
         self._cur_value += value
         self.seen_ms = now_ms
+
+    def _enter_sample(self, sample: int) -> None:
+        """The count moves on to another aligned sample (about once a window)."""
+        self._flush_current()
+        self._cur_sample = sample
+        if not self.listed:
+            self.home.relist(self)  # type: ignore[arg-type]  # only the stats below mix this in
 
     def _flush_current(self) -> None:
         if self._cur_value:
@@ -181,10 +185,10 @@ class SharedRate(AlignedCounts, Rate):
 
     def record(self, value: float, now_ms: float) -> None:
         Rate.record(self, value, now_ms)
-        # AlignedCounts._count, inlined: this runs on every charged request.
+        # AlignedCounts._count, inlined (with StoreClock.sample): this runs on every charged request.
         sample = int((now_ms + self.clock.offset_ms) // self._aligned_window)
         if sample != self._cur_sample:
-            self._count(0.0, now_ms)
+            self._enter_sample(sample)
         self._cur_value += value
         self.since_read += value
         self.seen_ms = now_ms
@@ -334,9 +338,6 @@ class SharedQuotas:
 
     def __len__(self) -> int:
         return len(self._stats)
-
-    def items(self) -> Iterator[tuple[str, Shared]]:
-        yield from self._stats.items()
 
     # -- the sync ---------------------------------------------------------------------------------
 

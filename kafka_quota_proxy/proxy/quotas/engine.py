@@ -220,8 +220,13 @@ class QuotaEngine:
             )
         return found
 
+    def _shares(self, scope: str) -> bool:
+        """Whether a scope's measurements go to the store: scope `proxy` is one process's
+        budget, unless the processes are the workers of one --workers proxy."""
+        return scope != "proxy" or self.share_proxy_scope
+
     def _stats(self, kind: str, scope: str) -> StatFactory | None:
-        if self.shared is None or (scope == "proxy" and not self.share_proxy_scope):
+        if self.shared is None or not self._shares(scope):
             return None
         return ScopedShared(self.shared, kind, scope)
 
@@ -233,7 +238,7 @@ class QuotaEngine:
                                expiry_ms=max(EXPIRY_MS, s.window_num * s.window_ms))
         self._sensors.append(sensors)
         shared = self.shared_id_rates
-        if shared is None or (scope == "proxy" and not self.share_proxy_scope):
+        if shared is None or not self._shares(scope):
             return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache)
         return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache,
                                       ScopedShared(shared, "pids", scope), self.shared_ids)

@@ -223,10 +223,8 @@ class StoreSync:
         client = self.client
         changes = config.take_unshared()
         raw = await client.get(version_key)
-        if raw is None and self._config_version is None:
-            changes = config.all_fields() + changes
-        elif raw is None:
-            # The store lost its quotas since we last read them: give it ours again.
+        if raw is None:
+            # The store has no quotas: it is new, or it lost them since we last read them.
             changes = config.all_fields() + changes
         if changes:
             try:
