@@ -55,6 +55,9 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy")
 
+CANCEL_ROUNDS = 5  # at shutdown, cancels sent to a task of the proxy's own before it is left
+CANCEL_WAIT_SECONDS = 1.0  # for the tasks to end after each
+
 
 
 
@@ -113,6 +116,9 @@ class Proxy:
         self.server_ssl = server_context(settings.tls) if settings.tls else None
         self._servers: list[asyncio.Server] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._closing = False  # shutdown has begun: no new listener, no new background task
+        self._unserved: set[socket.socket] = set()  # bound for a broker, its server not made yet
+        self._shutting_down: asyncio.Task[None] | None = None
         self._all_closed = asyncio.Event()
         self._metrics_server: Any = None
         self._metrics_socket: MetricsSocket | None = None
@@ -215,17 +221,32 @@ class Proxy:
             usage.rotate()
 
     def spawn(self, coro: Any) -> None:
-        """Run `coro` as a task the proxy owns: cancelled at shutdown."""
-        task = self.loop.create_task(coro)
+        """Run `coro` as a task the proxy owns: cancelled at shutdown, and not started once the
+        shutdown has begun (nothing would cancel it)."""
+        if self._closing:
+            coro.close()
+            return
+        task = self.loop.create_task(coro, name=getattr(coro, "__qualname__", None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     def _open_node_listener(self, node_id: int, sock: socket.socket) -> None:
+        if self._closing:
+            # A Metadata response answered during the drain named a broker not listened for yet:
+            # a listener opened now would outlive the shutdown's close (its wait never ended).
+            sock.close()
+            return
+
         async def serve() -> None:
+            # Not serving until it is in _servers: the shutdown then closes it whenever it
+            # cancels this task (asyncio's create_server yields once when it starts serving).
             server = await self.loop.create_server(
                 lambda: self._accept(f"node-{node_id}", lambda: self.cluster.node_targets(node_id)),
-                sock=sock, backlog=1024, ssl=self._listener_ssl)
+                sock=sock, backlog=1024, ssl=self._listener_ssl, start_serving=False)
             self._servers.append(server)
+            self._unserved.discard(sock)
+            await server.start_serving()
+        self._unserved.add(sock)  # closed by the shutdown if this task is cancelled before it ran
         self.spawn(serve())
 
     @property
@@ -304,13 +325,19 @@ class Proxy:
             self._all_closed.set()
 
     async def shutdown(self) -> None:
-        """Stop accepting, let in-flight requests finish, then close everything."""
+        """Stop accepting, let in-flight requests finish, then close everything. A second call
+        waits for the first one's end."""
+        if self._shutting_down is None:
+            self._shutting_down = self.loop.create_task(self._shut_down())
+        await asyncio.shield(self._shutting_down)
+
+    async def _shut_down(self) -> None:
+        self._closing = True
         for server in self._servers:
             server.close()
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._cancel_tasks()
+        for sock in self._unserved:
+            sock.close()
         pending = len(self.connections)
         if pending:
             log.info("shutting down: draining %d connection(s), up to %.0fs", pending,
@@ -326,6 +353,7 @@ class Proxy:
                     if conn.transport is not None:
                         conn.transport.abort()
         for server in self._servers:
+            server.close()  # idempotent: waiting on a server still open would never end
             await server.wait_closed()
         if self.usage is not None:
             # The last, partial interval too; the writer drains its queue off the loop.
@@ -347,6 +375,21 @@ class Proxy:
             self._metrics_socket.close()
         self.pipes.close()
         log.info("stopped")
+
+    async def _cancel_tasks(self) -> None:
+        """Cancel the proxy's own tasks, and cancel again any that outlive a cancel: a library
+        may swallow one (Python 3.11's asyncio.wait_for returns a result that lands with the
+        cancel). One that outlives them all is named in the log and left; the shutdown goes on."""
+        pending = set(self._tasks)
+        for _ in range(CANCEL_ROUNDS):
+            if not pending:
+                return
+            for task in pending:
+                task.cancel()
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_WAIT_SECONDS)
+        for task in pending:
+            log.warning("shutting down: task %s did not end when cancelled; leaving it",
+                        task.get_name())
 
     async def run_until_signalled(self) -> None:
         await self.start()

@@ -13,6 +13,7 @@ from kafka.protocol.admin import DescribeClientQuotasResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from devkit.processes import free_port
+from kafka_quota_proxy.config import merge
 from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_request
@@ -526,6 +527,52 @@ def test_broker_first_named_in_a_response_gets_a_listener_that_routes_to_it() ->
     run(scenario())
 
 
+def test_a_broker_first_named_during_the_drain_does_not_hold_the_shutdown_up() -> None:
+    # The answer to an in-flight FindCoordinator names broker 2 after the shutdown has begun.
+    # The listener it used to get was never closed, and the shutdown waited on it for ever
+    # (CI: a test's teardown hung to pytest's timeout).
+    from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
+
+    from kafka_quota_proxy.config.settings import parse_values
+    from tests.proxy.conftest import serving
+    from tests.support.fake_broker import FakeBroker
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def coordinator(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+            await release.wait()
+            resp = FindCoordinatorResponse(version=4, throttle_time_ms=0, coordinators=[
+                FindCoordinatorResponse.Coordinator(key="g1", node_id=2, host="127.0.0.1",
+                                                    port=broker.port, error_code=0, error_message=None)])
+            return bytes(resp.encode(version=4))
+
+        broker = await FakeBroker(coordinator).start()
+        node2_port = free_port()
+        settings = merge(parse_values({"upstream": [f"127.0.0.1:{broker.port}"],
+                                       "listen": f"127.0.0.1:{free_port()}",
+                                       "node_ports": {1: free_port(), 2: node2_port}}))
+        async with serving(settings, broker) as h:
+            reader, writer = await h.connect()
+            body = b"\x00" + b"\x02" + b"\x03g1" + b"\x00"  # FindCoordinator v4, key "g1"
+            writer.write(request_frame(10, 4, 1, body, flexible=True))
+            await h.wait_for(lambda: any(c.frames for c in h.broker.client_conns()))
+            shutdown = asyncio.create_task(h.proxy.shutdown())
+            await asyncio.sleep(0.2)
+            assert not shutdown.done()  # draining: the answer is awaited
+            release.set()
+            response = await read_frame(reader)
+            msg = FindCoordinatorResponse.decode(response[9:], version=4)
+            assert [(c.node_id, c.port) for c in msg.coordinators] == [(2, node2_port)]
+            writer.close()
+            async with asyncio.timeout(10):
+                await shutdown
+            with pytest.raises(ConnectionRefusedError):
+                await h.connect(node2_port)  # no listener outlives the shutdown
+        await broker.stop()
+    run(scenario())
+
+
 def test_a_proxy_protocol_header_must_arrive_in_time(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         async with running(proxy_protocol=True, proxy_protocol_timeout_seconds=0.3) as h:
@@ -576,3 +623,54 @@ def test_requests_pipelined_behind_a_plain_authentication_wait_for_its_outcome(t
             assert client.info.principal == "alice"
             writer.close()
     run(scenario())
+
+
+def test_a_task_that_swallows_a_cancel_does_not_hold_the_shutdown_up(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    # A library may drop a cancel (Python 3.11's asyncio.wait_for did, inside redis-py): the
+    # shutdown cancels again, and a task that outlives every cancel is named and left.
+    from kafka_quota_proxy.proxy import server as server_module
+
+    monkeypatch.setattr(server_module, "CANCEL_WAIT_SECONDS", 0.05)
+    ended: list[str] = []
+    deaf = [True]
+
+    async def swallows_once() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass  # dropped
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ended.append("once")
+
+    async def swallows_all() -> None:
+        while deaf[0]:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                pass
+
+    async def scenario() -> None:
+        async with running() as h:
+            h.proxy.spawn(swallows_once())
+            h.proxy.spawn(swallows_all())
+            await asyncio.sleep(0)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            async with asyncio.timeout(5):
+                await h.proxy.shutdown()
+            assert loop.time() - started < 2  # 5 rounds of 0.05 s
+            assert ended == ["once"]
+        (left,) = [t for t in asyncio.all_tasks() if t.get_name().endswith("swallows_all")]
+        deaf[0] = False
+        left.cancel()
+        await asyncio.wait({left}, timeout=5)
+        assert left.done()
+
+    with caplog.at_level("WARNING", logger="kafka_quota_proxy"):
+        run(scenario())
+    assert [r.getMessage() for r in caplog.records if "did not end" in r.getMessage()] == [
+        "shutting down: task test_a_task_that_swallows_a_cancel_does_not_hold_the_shutdown_up."
+        "<locals>.swallows_all did not end when cancelled; leaving it"]
