@@ -4,6 +4,7 @@ StoreSync, driven by hand. What the scripts keep and return is the store's claim
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import cast
 
@@ -161,3 +162,33 @@ def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: Val
     assert ids_a == pytest.approx(3 / (10 * 3600), rel=1e-3)  # 7, 8, 9: 8 counted once
     assert ids_b == pytest.approx(3 / (10 * 3600), rel=1e-3)
     assert control_b.effective().get(QuotaEntity(user="bob")) == {QuotaKey.PRODUCER_BYTE_RATE: 2048.0}
+
+
+def test_one_cancel_ends_the_sync_task_wherever_it_lands(valkey: ValkeyServer) -> None:
+    # The shutdown cancels the sync task once. With redis-py's socket_timeout, its sends went
+    # through Python 3.11's asyncio.wait_for, which drops a cancel that lands as the send
+    # completes: the task synced on, and a worker never stopped (CI).
+    clock = [time.monotonic_ns() // 1_000_000]
+    quotas = {QuotaEntity(client_id="app"): {QuotaKey.PRODUCER_BYTE_RATE: 1e12}}
+    replica = Replica(valkey.url, "s-cancel", quotas, clock)
+    replica.sync.settings = dataclasses.replace(replica.sync.settings, sync_interval_ms=1)
+
+    async def scenario() -> list[int]:
+        survived = []
+        for i in range(400):
+            clock[0] = time.monotonic_ns() // 1_000_000
+            replica.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 1000, clock[0])
+            task = asyncio.create_task(replica.sync.run_forever())
+            for _ in range(i % 7):  # land the cancel at a different step of the sync each time
+                await asyncio.sleep(0)
+            await asyncio.sleep((i % 13) / 10_000)
+            task.cancel()
+            done, _ = await asyncio.wait({task}, timeout=2)
+            if not done:
+                survived.append(i)
+                task.cancel()
+                await asyncio.wait({task}, timeout=2)
+        await replica.sync.close()
+        return survived
+
+    assert asyncio.run(scenario()) == []

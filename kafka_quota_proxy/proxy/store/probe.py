@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from kafka_quota_proxy.config.store_settings import StoreSettings
@@ -17,7 +18,8 @@ async def probe(settings: StoreSettings) -> tuple[bool, str]:
     sync = StoreSync(settings, shared, replica="check-config")
     started = time.monotonic()
     try:
-        info = await sync.client.info("server")
+        async with asyncio.timeout(settings.timeout_ms / 1000):  # the client has no read timeout
+            info = await sync.client.info("server")
         ok = await sync.sync_once()
         if not ok:
             return False, f"FAILED: {settings.redacted_url}: the sync's calls did not succeed"

@@ -74,7 +74,11 @@ def connect(settings: StoreSettings) -> Any:
 
     # No retries inside the client: a failed sync is retried by the next one, which writes the
     # same absolute counts, and a client retrying with backoff would outlast the sync interval.
-    kwargs: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout,
+    # No socket_timeout either (redis-py's default is 5 s): every call runs inside the sync's own
+    # asyncio.timeout, and with one redis-py sends through asyncio.wait_for, which on Python 3.11
+    # drops a cancel that lands as the send completes (gh-86296). The sync task then outlived its
+    # cancel at shutdown and the worker never stopped (CI; a dump showed it cancelled, syncing).
+    kwargs: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": timeout,
                               "decode_responses": False, "retry": Retry(NoBackoff(), 0)}
     password = settings.password()
     if password is not None:
@@ -288,10 +292,10 @@ class StoreSync:
         if self.settings.cluster:
             outs = await asyncio.gather(*(script(keys=keys, args=args) for keys, args, _ in calls))
         else:
-            pipe = self.client.pipeline(transaction=False)
-            for keys, args, _ in calls:
-                await script(keys=keys, args=args, client=pipe)
-            outs = await pipe.execute()
+            async with self.client.pipeline(transaction=False) as pipe:  # reset if cancelled
+                for keys, args, _ in calls:
+                    await script(keys=keys, args=args, client=pipe)
+                outs = await pipe.execute()
         for (kind, registry, batch), (_, _, reads), out in zip(work, calls, outs, strict=True):
             self._apply_bucket(kind, registry, batch, reads, out)
 
