@@ -98,11 +98,16 @@ def test_busy_polling_client_is_held_to_about_one_percent(request_proxy: ProxyPr
     assert throttles
     assert busy_rate < free_rate / 10
     assert 0.5 <= percent  # about 1% of one thread ...
-    if percent > 1.5:
-        # ... unless requests take more than 10 ms each, as on a loaded machine (2.1% seen, at
-        # 21 ms a request): a request throttle is at most one window (1 s), as in Kafka, so
-        # one request a second is the most the quota can hold it to. It must be doing that.
+    ms_per_request = percent * 10 / busy_rate  # percent% of 1000 ms each second, over the requests
+    if ms_per_request > 10:
+        # ... unless a request takes more than 10 ms, as on a loaded machine (2.1% seen, at 21 ms
+        # a request): a request throttle is at most one window (1 s), as in Kafka, so one request
+        # a second is the most the quota can hold it to. It must be doing that.
         assert statistics.median(throttles) == 1000
+    else:
+        # The gauge is the rate of the windows at the scrape: a load spike in them shows (1.58%
+        # seen in CI at 2 ms a request), twice the quota would not be held.
+        assert percent < 2.0
 
 
 def test_strict_mutations_are_refused_with_error_89(request_proxy: ProxyProcess, topic_name: str) -> None:

@@ -38,6 +38,7 @@ def workers(broker: Broker, broker_node_id: int, tmp_path: Path) -> Iterator[Pro
         "workers": 2, "shutdown_timeout_seconds": 10,
         "usage_log": {"dir": str(tmp_path / "usage"), "interval_seconds": 1}}).start()
     try:
+        wait_until_every_worker_listens(proxy, proxy.node_port)
         yield proxy
     finally:
         proxy.stop()
@@ -46,6 +47,20 @@ def workers(broker: Broker, broker_node_id: int, tmp_path: Path) -> Iterator[Pro
 def create_topic(proxy: ProxyProcess, name: str) -> None:
     admin = AdminClient({"bootstrap.servers": proxy.bootstrap})  # kept alive until the answer
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+
+
+def wait_until_every_worker_listens(proxy: ProxyProcess, port: int, timeout: float = 30.0) -> None:
+    """A worker opens a broker's port once its own first metadata refresh is answered: until
+    then the kernel hands every connection to that port to the others (seen under load)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        listening = [any(c.laddr.port == port and c.status == "LISTEN"
+                         for c in psutil.Process(pid).net_connections("tcp"))
+                     for pid in proxy.worker_pids()]
+        if len(listening) == proxy.workers and all(listening):
+            return
+        assert time.monotonic() < deadline, f"workers listening on {port}: {listening}"
+        time.sleep(0.05)
 
 
 def connections_by_worker(proxy: ProxyProcess, port: int) -> list[int]:
