@@ -15,6 +15,7 @@ from bench import (
     quota_cost,
     request_check,
     shared_accuracy,
+    shared_sim,
     store_parts,
     store_sync,
     tansu_perf,
@@ -35,6 +36,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                    "100 tenants' quotas", quota_cost.run),
     "shared_accuracy": ("Cluster-wide quotas: 3 and 10 proxy replicas sharing one Valkey hold one "
                         "1 MiB/s producer quota (even, skewed, shifting traffic)", shared_accuracy.run),
+    "shared_sim": ("Cluster-wide quotas, the arithmetic alone: 1, 3 and 10 simulated replicas' quota "
+                   "engines on an ideal store, 10 seeds a shape", shared_sim.run),
     "request_check": ("Request body check (WellFormed): cost per request beside reading its header",
                       request_check.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",

@@ -196,9 +196,9 @@ class SharedRate(AlignedCounts, Rate):
     def others_rate(self, now_ms: float) -> float:
         """The other replicas' bytes per second over the retained aligned samples: their sum
         over the span from the oldest non-empty one to now, at least (N-1) windows."""
-        if not self._others_sum:
-            return 0.0
         predicted = self.ratio * self.since_read  # the others' bytes since the read, estimated
+        if not self._others_sum and not predicted:
+            return 0.0
         w = self._aligned_window
         wall = now_ms + self.clock.offset_ms
         low = int(wall // w) - self._keep
@@ -209,9 +209,11 @@ class SharedRate(AlignedCounts, Rate):
                 total += v
                 if oldest is None or s < oldest:
                     oldest = s
-        if oldest is None or total <= 0:
+        if total <= 0 and not predicted:
             return 0.0
-        span = max(wall - oldest * w, (self._keep - 1) * w, 1.0)
+        span: float = (self._keep - 1) * w
+        if oldest is not None:
+            span = max(wall - oldest * w, span, 1.0)
         return (total + predicted) / (span / 1000.0)
 
     def measure(self, now_ms: float) -> float:
@@ -225,7 +227,7 @@ class SharedRate(AlignedCounts, Rate):
         degraded = self.degraded
         if degraded is not None:
             bound *= degraded.share
-        elif self._others_sum:
+        elif self._others_sum or self.ratio:
             # others_rate is at most their sum (and the predicted part) over (N-1) windows
             bound -= (self._others_sum + self.ratio * self.since_read) / self._min_window_s
         # Rate.surely_within, inlined: this runs on every charged request.
@@ -325,6 +327,12 @@ class SharedQuotas:
         self._stats[key] = stat
         stat.listed = True
         self._fresh.add(key)
+        # Until its first read, the stat knows nothing of the others: it takes each live replica
+        # to send as much as this one (its fair share), not nothing. Taking nothing let a replica
+        # whose client had just become the busy one admit a sync interval's worth at line speed
+        # (4.6 MiB in 75 ms in a simulation of 10 replicas; the shifting traffic's overshoot).
+        stat.ratio = float(max(0, self.live_replicas - 1))
+        stat.since_read = 0.0
         if self.degraded_since is not None:
             stat.degraded = self._share_for(0.0)
 

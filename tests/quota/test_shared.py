@@ -232,3 +232,24 @@ def test_until_the_next_read_the_others_are_taken_to_go_on_in_their_recent_propo
     fleet[0].live_replicas = 2
     sums.sync(fleet[0], "again0", 12_100)
     assert slow.ratio == 1.0  # capped at N_live - 1
+
+
+def test_until_its_first_read_a_new_stat_takes_each_live_replica_to_send_as_much_as_it_does() -> None:
+    # A client that has just become busy on this replica, its tenant busy on 9 others a moment
+    # ago: before the first read, counting the others as nothing admitted a sync interval's
+    # worth at line speed. Each live replica is taken to send what this one does (its fair share).
+    quotas = SharedQuotas(CONFIG)
+    quotas.live_replicas = 10
+    fresh = quotas.rate(KEY)
+    assert fresh.ratio == 9.0
+    fresh.record(100_000, 5_000.0)
+    assert fresh.others_rate(5_000.0) == 9 * 100_000 / 10.0  # over (N-1) windows, as Kafka's min
+    assert fresh.measure(5_000.0) == 10 * 100_000 / 10.0
+    assert not fresh.surely_within(10 * 100_000 / 10.0 - 1, 5_000.0)
+    Sums().sync(quotas, "r0", 5_050.0)  # the store: nobody else sent anything
+    assert fresh.ratio == 0.0
+    assert fresh.measure(5_050.0) == Rate.measure(fresh, 5_050.0)
+    # Alone (N_live 1) there is nobody to take: Kafka's rate from the first byte.
+    alone = SharedQuotas(CONFIG).rate(KEY)
+    alone.record(100_000, 5_000.0)
+    assert alone.ratio == 0.0 and alone.measure(5_000.0) == 100_000 / 10.0
