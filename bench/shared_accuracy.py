@@ -1,8 +1,11 @@
-"""How closely proxy replicas sharing one Valkey hold one producer quota together.
+"""How closely proxy replicas sharing one Valkey hold one producer quota, and one consumer
+quota, together.
 
 R proxy processes (`store:` on one real Valkey, `quota.scope: cluster`) in front of one Tansu;
 one librdkafka producer per replica, all with the client-id that has a 1 MiB/s
-`producer_byte_rate`. Three traffic shapes:
+`producer_byte_rate`; then the same with one librdkafka consumer per replica, each reading a
+partition filled beforehand from its start, under a 1 MiB/s `consumer_byte_rate`. Three traffic
+shapes:
 
 - even: every producer flat out;
 - skewed: one producer flat out (the hot replica), the others at 5% of the quota each;
@@ -13,7 +16,7 @@ over the measured period (after a warm-up that lets the first burst, which Kafka
 new client, be paid back) and the largest sum in any sliding 11 s window. Targets (issue 14):
 the aggregate within 5% of the quota, no 11 s window over 1.3 times the quota's worth.
 
-    python -m bench.shared_accuracy                      # 3 and 10 replicas, 75 s per shape
+    python -m bench.shared_accuracy                      # 3 and 10 replicas, 75 s per shape, both kinds
     python -m bench.shared_accuracy --replicas 2 --seconds 20 --warm-up 10   # a quick look
 """
 
@@ -27,7 +30,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from devkit.producing import Timeline, produce, start_replicas
+from devkit.producing import Timeline, consume, fill, produce, start_replicas
 from devkit.tansu import Broker
 from devkit.valkey import ValkeyServer
 
@@ -36,6 +39,7 @@ QUOTA = MIB
 CLIENT_ID = "shared-tenant"
 SLIDING_S = 11.0
 SHAPES = ("even", "skewed", "shifting")
+KINDS = ("produce", "consume")  # a producer quota, then a consumer quota
 
 
 def _pace(shape: str, index: int, replicas: int) -> Callable[[float], float | None]:
@@ -62,18 +66,24 @@ class Result:
 
 
 def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
-              seconds: float, warm_up: float) -> Result:
-    prefix = f"acc{replicas}{shape}{int(time.time())}"
+              seconds: float, warm_up: float, kind: str = "produce") -> Result:
+    prefix = f"acc{replicas}{shape}{kind}{int(time.time())}"
+    key = "producer_byte_rate" if kind == "produce" else "consumer_byte_rate"
     config = {"quota": {"scope": "cluster"},
-              "quotas": [{"client-id": CLIENT_ID, "producer_byte_rate": QUOTA}],
+              "quotas": [{"client-id": CLIENT_ID, key: QUOTA}],
               "store": {"url": valkey.url, "key_prefix": prefix}}
     with ExitStack() as stack:
         topic = f"acc-{prefix}"
         proxies = start_replicas(stack, broker.address, node_id, replicas, config, topic)
         total = warm_up + seconds
+        if kind == "consume":
+            # Each reader reads the partition from its start on its own: more than any can reach
+            # (the quota's worth over the run, and a new client's first burst, a window's worth).
+            fill(broker.address, topic, int((total + 2 * SLIDING_S) * QUOTA / MIB))
         start = time.monotonic() + 0.5
         timelines = [Timeline() for _ in proxies]
-        threads = [threading.Thread(target=produce, daemon=True, args=(
+        work = produce if kind == "produce" else consume
+        threads = [threading.Thread(target=work, daemon=True, args=(
             p.bootstrap, topic, CLIENT_ID, start, total, timelines[i], _pace(shape, i, replicas)))
             for i, p in enumerate(proxies)]
         for thread in threads:
@@ -99,7 +109,7 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
 
 
 def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
-        warm_up: float = 15.0) -> list[tuple[str, str]]:
+        warm_up: float = 15.0, kinds: Sequence[str] = KINDS) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     with ExitStack() as stack:
         broker = Broker().start()
@@ -107,17 +117,19 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
         valkey = ValkeyServer().start()
         stack.callback(valkey.stop)
         node_id = broker.node_id()
-        for replicas in fleets:
-            for shape in shapes:
-                r = run_shape(broker, node_id, valkey, replicas, shape, seconds, warm_up)
-                rows.append((f"{replicas} replicas, {shape}: aggregate over {seconds:.0f} s",
-                             f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
-                rows.append((f"{replicas} replicas, {shape}: fullest {SLIDING_S:.0f} s window",
-                             f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth"))
-                rows.append((f"{replicas} replicas, {shape}: failed syncs, degradations",
-                             f"{r.store_errors}, {r.degradations}"))
-                if r.errors:
-                    rows.append((f"{replicas} replicas, {shape}: delivery errors", str(r.errors)))
+        for kind in kinds:
+            for replicas in fleets:
+                for shape in shapes:
+                    r = run_shape(broker, node_id, valkey, replicas, shape, seconds, warm_up, kind)
+                    name = f"{kind}, {replicas} replicas, {shape}"
+                    rows.append((f"{name}: aggregate over {seconds:.0f} s",
+                                 f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
+                    rows.append((f"{name}: fullest {SLIDING_S:.0f} s window",
+                                 f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth"))
+                    rows.append((f"{name}: failed syncs, degradations",
+                                 f"{r.store_errors}, {r.degradations}"))
+                    if r.errors:
+                        rows.append((f"{name}: delivery errors", str(r.errors)))
     rows.append(("load average at the end", " ".join(f"{x:.1f}" for x in os.getloadavg())))
     return rows
 
@@ -128,8 +140,9 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=SHAPES)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--warm-up", type=float, default=15.0)
+    ap.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
     args = ap.parse_args()
-    for name, value in run(args.replicas, args.shapes, args.seconds, args.warm_up):
+    for name, value in run(args.replicas, args.shapes, args.seconds, args.warm_up, args.kinds):
         print(f"{name:55s} {value}")
 
 

@@ -87,3 +87,62 @@ def start_replicas(stack: ExitStack, upstream: str, node_id: int, count: int, co
     admin = AdminClient({"bootstrap.servers": proxies[0].bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
     return proxies
+
+
+def fill(bootstrap: str, topic: str, megabytes: int, batch_bytes: int = 1024 * 1024) -> None:
+    """`megabytes` MiB of 1 KiB records into partition 0 of `topic`, straight to the broker, in
+    batches of up to `batch_bytes`: what `consume` readers read, more than a run can reach."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": 1,
+                  "batch.size": batch_bytes, "queue.buffering.max.kbytes": 65536})
+    value = os.urandom(RECORD)
+    for _ in range(megabytes * 1024):
+        while True:
+            try:
+                p.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    if p.flush(120):
+        raise RuntimeError(f"filling {topic}: records left unacknowledged")
+
+
+def consume(bootstrap: str, topic: str, client_id: str, start: float, seconds: float, out: Timeline,
+            pace: Callable[[float], float | None] = lambda elapsed: None) -> None:
+    """Read partition 0 of `topic` from its start, from `start` for `seconds`, on its own (no
+    group); `pace(elapsed)` as for `produce` (0: the partition is paused, so nothing is fetched).
+    The prefetch queue is kept small, so what is fetched is about what is read; `out` counts the
+    bytes of the records read."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
+                  "enable.auto.commit": False, "fetch.max.bytes": 1024 * 1024,
+                  "max.partition.fetch.bytes": 256 * 1024, "queued.max.messages.kbytes": 256})
+    tp = TopicPartition(topic, 0, 0)
+    c.assign([tp])
+    paused = False
+    done, sent_in_slot, slot, next_mark = 0, 0.0, -1, 0.0
+    while time.monotonic() < start:
+        time.sleep(0.01)
+    try:
+        while (elapsed := time.monotonic() - start) < seconds:
+            allowed = pace(elapsed)
+            if int(elapsed) != slot:
+                slot, sent_in_slot = int(elapsed), 0.0
+            hold = allowed is not None and sent_in_slot >= allowed * (elapsed - slot + 0.05)
+            if hold != paused:
+                (c.pause if hold else c.resume)([tp])
+                paused = hold
+            if paused:
+                time.sleep(0.01)
+            else:
+                for msg in c.consume(100, 0.05):
+                    if msg.error() is None:
+                        done += len(msg.value() or b"")
+                        sent_in_slot += len(msg.value() or b"")
+            if elapsed >= next_mark:
+                out.marks.append((elapsed, done))
+                next_mark += 0.25
+        out.marks.append((time.monotonic() - start, done))
+    finally:
+        c.close()
