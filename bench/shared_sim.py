@@ -7,7 +7,8 @@ a shape in seconds before `bench.shared_accuracy` measures it for real.
 The client model: a request of `request_bytes` is charged when sent; the next one goes out
 `rtt_ms` later, or after the throttle the answer carries (a KIP-219 client, muted as Kafka mutes
 it). Traffic shapes as in `bench.shared_accuracy` (even, skewed, shifting); `--replicas 1` is
-Kafka's formula with nothing shared, the baseline for this client model.
+Kafka's formula with nothing shared, the baseline for this client model. A producer quota,
+then a consumer quota: there a throttled fetch delivers nothing and its bytes are taken back.
 
     python -m bench.shared_sim                        # 1, 3 and 10 replicas, every shape, 10 seeds
     python -m bench.shared_sim --replicas 10 --shapes shifting --seeds 3
@@ -45,12 +46,14 @@ def _pace(shape: str, index: int, replicas: int, now_ms: float) -> float | None:
 
 def simulate(replicas: int, shape: str, seconds: float = 60.0, warm_up: float = 15.0,
              request_bytes: int = 128 * 1024, sync_ms: float = 100.0, rtt_ms: float = 2.0,
-             seed: int = 1) -> tuple[float, float]:
+             seed: int = 1, kind: str = "produce") -> tuple[float, float]:
     """(aggregate rate over the measured period, fullest sliding 11 s window), as fractions of the
-    quota (rate) and of the quota's worth (window)."""
+    quota (rate) and of the quota's worth (window). `kind` "consume": a consumer quota, where a
+    throttled fetch delivers nothing and its bytes are taken back (Kafka's rule, the proxy's)."""
     rnd = random.Random(seed)
     now = [0]  # the engines' clock, whole ms as the proxy's
-    quotas = {QuotaEntity(client_id="t"): {QuotaKey.PRODUCER_BYTE_RATE: float(QUOTA)}}
+    quota_key = QuotaKey.PRODUCER_BYTE_RATE if kind == "produce" else QuotaKey.CONSUMER_BYTE_RATE
+    quotas = {QuotaEntity(client_id="t"): {quota_key: float(QUOTA)}}
     engines = []
     for _ in range(replicas):
         engine = QuotaEngine(QuotaSettings(scope="cluster"), QuotaStore(quotas),
@@ -66,12 +69,12 @@ def simulate(replicas: int, shape: str, seconds: float = 60.0, warm_up: float = 
     sent: list[tuple[float, int]] = []
     end = (warm_up + seconds) * 1000
     while events:
-        t, kind, i = heapq.heappop(events)
+        t, event, i = heapq.heappop(events)
         if t > end:
             break
         now[0] = int(t)
         engine = engines[i]
-        if kind == SYNC:
+        if event == SYNC:
             registry = engine.shared
             assert registry is not None
             for batch in registry.collect(now[0]):
@@ -88,8 +91,13 @@ def simulate(replicas: int, shape: str, seconds: float = 60.0, warm_up: float = 
             heapq.heappush(events, (t + 50, SEND, i))
             continue
         size = request_bytes if pace is None else min(request_bytes, 16 * 1024)
-        throttle = engine.scope("x").produce.record_and_get_throttle_ms("", "t", size, now[0])
-        sent.append((t, size))
+        managers = engine.scope("x")
+        quota = managers.produce if kind == "produce" else managers.fetch
+        throttle = quota.record_and_get_throttle_ms("", "t", size, now[0])
+        if throttle and kind == "consume":
+            quota.unrecord("", "t", size, now[0])
+        else:
+            sent.append((t, size))
         later = t + rtt_ms + throttle
         if pace is not None:
             later = max(later, t + size / pace * 1000)
@@ -112,17 +120,19 @@ def simulate(replicas: int, shape: str, seconds: float = 60.0, warm_up: float = 
 
 
 def run(fleets: Sequence[int] = (1, 3, 10), shapes: Sequence[str] = SHAPES,
-        seeds: int = 10) -> list[tuple[str, str]]:
+        seeds: int = 10, kinds: Sequence[str] = ("produce", "consume")) -> list[tuple[str, str]]:
     rows = []
-    for replicas in fleets:
-        for shape in shapes if replicas > 1 else ("even",):
-            results = [simulate(replicas, shape, seed=s) for s in range(1, seeds + 1)]
-            errors = [r - 1 for r, _ in results]
-            windows = [w for _, w in results]
-            rows.append((f"{replicas} replicas, {shape}: aggregate, {seeds} seeds",
-                         f"mean {statistics.mean(errors):+.1%}, worst {max(errors, key=abs):+.1%}"))
-            rows.append((f"{replicas} replicas, {shape}: fullest 11 s window",
-                         f"mean {statistics.mean(windows):.2f}x, worst {max(windows):.2f}x"))
+    for kind in kinds:
+        for replicas in fleets:
+            for shape in shapes if replicas > 1 else ("even",):
+                results = [simulate(replicas, shape, seed=s, kind=kind) for s in range(1, seeds + 1)]
+                errors = [r - 1 for r, _ in results]
+                windows = [w for _, w in results]
+                name = f"{kind}, {replicas} replicas, {shape}"
+                rows.append((f"{name}: aggregate, {seeds} seeds",
+                             f"mean {statistics.mean(errors):+.1%}, worst {max(errors, key=abs):+.1%}"))
+                rows.append((f"{name}: fullest 11 s window",
+                             f"mean {statistics.mean(windows):.2f}x, worst {max(windows):.2f}x"))
     return rows
 
 
@@ -131,8 +141,9 @@ def main() -> None:
     ap.add_argument("--replicas", type=int, nargs="*", default=[1, 3, 10])
     ap.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=SHAPES)
     ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--kinds", nargs="*", default=["produce", "consume"], choices=["produce", "consume"])
     args = ap.parse_args()
-    for name, value in run(args.replicas, args.shapes, args.seeds):
+    for name, value in run(args.replicas, args.shapes, args.seeds, args.kinds):
         print(f"{name:50s} {value}")
 
 

@@ -21,4 +21,12 @@ def test_the_same_seed_gives_the_same_run() -> None:
     assert simulate(3, "even", seconds=5, warm_up=2, seed=7) == simulate(3, "even", seconds=5,
                                                                           warm_up=2, seed=7)
     assert [name for name, _ in run([1], seeds=1)] == [
-        "1 replicas, even: aggregate, 1 seeds", "1 replicas, even: fullest 11 s window"]
+        "produce, 1 replicas, even: aggregate, 1 seeds", "produce, 1 replicas, even: fullest 11 s window",
+        "consume, 1 replicas, even: aggregate, 1 seeds", "consume, 1 replicas, even: fullest 11 s window"]
+
+
+def test_a_throttled_fetch_delivers_nothing() -> None:
+    # Alone, a flat-out consumer gets what a producer does, less the fetches answered empty.
+    produced, _ = simulate(1, "even", seconds=20, warm_up=5, kind="produce")
+    consumed, _ = simulate(1, "even", seconds=20, warm_up=5, kind="consume")
+    assert 0.8 < consumed < produced
