@@ -172,7 +172,9 @@ def test_alter_client_quotas_changes_a_running_producer_within_2s(quota_proxy: P
     t.join(60)
     after = progress.rate(changed_at + 2.0, changed_at + 6.0)
     print(f"alter: {before / MiB:.3f} MiB/s before, {after / MiB:.3f} MiB/s from 2 s after the change")
-    assert before >= 0.9 * 2 * MiB
+    # Unthrottled before: at least 16x the quota set next (the pacer's 2 MiB/s itself is not
+    # always reached beside a loaded CI run: 1.56 MiB/s seen once).
+    assert before >= 0.5 * 2 * MiB
     assert after <= 0.25 * before
     described = describe_quotas(quota_proxy.bootstrap, [("client-id", 0, "alter-me")])
     assert described.error_code == 0
@@ -205,7 +207,9 @@ def test_yaml_change_changes_a_running_producer_within_2s(quota_proxy: ProxyProc
     # The file is polled every second; the next response then carries the throttle.
     after = progress.rate(changed_at + 2.0, changed_at + 6.0)
     print(f"yaml: {before / MiB:.3f} MiB/s before, {after / MiB:.3f} MiB/s from 2 s after the edit")
-    assert before >= 0.9 * 2 * MiB
+    # Unthrottled before: at least 16x the quota set next (the pacer's 2 MiB/s itself is not
+    # always reached beside a loaded CI run: 1.56 MiB/s seen once).
+    assert before >= 0.5 * 2 * MiB
     assert after <= 0.25 * before
     assert "config reloaded" in quota_proxy.log_text()
 
