@@ -13,7 +13,6 @@ from kafka.protocol.admin import DescribeClientQuotasResponse
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from devkit.processes import free_port
-from kafka_quota_proxy.config import merge
 from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.identity.credentials import CredentialStore
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_request
@@ -21,6 +20,7 @@ from kafka_quota_proxy.proxy.datapath import client as client_module
 from kafka_quota_proxy.proxy.datapath.client import ClientConnection
 from tests.proxy.conftest import (
     LOOPS,
+    Harness,
     correlation_id,
     is_closed,
     list_groups,
@@ -252,19 +252,25 @@ def test_response_matching_nothing_forwarded_closes_the_connection(waiting: bool
     run(scenario())
 
 
+async def _acks0_then_leave_reaches_the_broker(h: Harness, count: int) -> None:
+    """A client writes `count` acks=0 Produce requests and closes at once: every one reaches
+    the broker, in order, on one connection."""
+    _, writer = await h.connect()
+    frames = [produce_acks0_v3(i) for i in range(1, count + 1)]
+    writer.write(b"".join(frames))
+    await writer.drain()
+    writer.close()
+    await h.wait_for(lambda: sum(len(c.frames) for c in h.broker.client_conns()) == count)
+    assert h.broker.client_conns()[0].frames == frames
+
+
 def test_acks0_records_reach_broker_when_client_closes_at_once() -> None:
     async def handler(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
         return None
 
     async def scenario() -> None:
         async with running(handler) as h:
-            _, writer = await h.connect()
-            frames = [produce_acks0_v3(i) for i in range(1, 201)]
-            writer.write(b"".join(frames))
-            await writer.drain()
-            writer.close()
-            await h.wait_for(lambda: sum(len(c.frames) for c in h.broker.client_conns()) == 200)
-            assert h.broker.client_conns()[0].frames == frames
+            await _acks0_then_leave_reaches_the_broker(h, 200)
     run(scenario())
 
 
@@ -308,13 +314,7 @@ def test_requests_read_before_the_broker_connection_is_up_reach_it_though_the_cl
     broker connection is made; a client that sent and left meanwhile lost what it sent."""
     async def scenario() -> None:
         async with running() as h:
-            _, writer = await h.connect()
-            frames = [produce_acks0_v3(i) for i in range(1, 201)]
-            writer.write(b"".join(frames))
-            await writer.drain()
-            writer.close()
-            await h.wait_for(lambda: sum(len(c.frames) for c in h.broker.client_conns()) == 200)
-            assert h.broker.client_conns()[0].frames == frames
+            await _acks0_then_leave_reaches_the_broker(h, 200)
             await h.wait_for(lambda: not h.proxy.connections)
     run_on(loop, scenario())
 
@@ -533,26 +533,20 @@ def test_a_broker_first_named_during_the_drain_does_not_hold_the_shutdown_up() -
     # (CI: a test's teardown hung to pytest's timeout).
     from kafka.protocol.metadata.find_coordinator import FindCoordinatorResponse
 
-    from kafka_quota_proxy.config.settings import parse_values
-    from tests.proxy.conftest import serving
-    from tests.support.fake_broker import FakeBroker
-
     async def scenario() -> None:
         release = asyncio.Event()
+        broker_port: list[int] = []
 
         async def coordinator(conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
             await release.wait()
             resp = FindCoordinatorResponse(version=4, throttle_time_ms=0, coordinators=[
                 FindCoordinatorResponse.Coordinator(key="g1", node_id=2, host="127.0.0.1",
-                                                    port=broker.port, error_code=0, error_message=None)])
+                                                    port=broker_port[0], error_code=0, error_message=None)])
             return bytes(resp.encode(version=4))
 
-        broker = await FakeBroker(coordinator).start()
         node2_port = free_port()
-        settings = merge(parse_values({"upstream": [f"127.0.0.1:{broker.port}"],
-                                       "listen": f"127.0.0.1:{free_port()}",
-                                       "node_ports": {1: free_port(), 2: node2_port}}))
-        async with serving(settings, broker) as h:
+        async with running(coordinator, node_ports={1: free_port(), 2: node2_port}) as h:
+            broker_port.append(h.broker.port)
             reader, writer = await h.connect()
             body = b"\x00" + b"\x02" + b"\x03g1" + b"\x00"  # FindCoordinator v4, key "g1"
             writer.write(request_frame(10, 4, 1, body, flexible=True))
@@ -569,7 +563,6 @@ def test_a_broker_first_named_during_the_drain_does_not_hold_the_shutdown_up() -
                 await shutdown
             with pytest.raises(ConnectionRefusedError):
                 await h.connect(node2_port)  # no listener outlives the shutdown
-        await broker.stop()
     run(scenario())
 
 
