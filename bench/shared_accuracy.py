@@ -65,6 +65,16 @@ class Result:
     degradations: int  # times a replica went degraded
 
 
+def fullest_window(done: Callable[[float], int], start: float, end: float) -> int:
+    """The most bytes in any sliding SLIDING_S window from `start` to `end` (seconds), stepped
+    every 0.25 s; `done(t)` is the bytes counted by time t."""
+    worst, at = 0, start
+    while at + SLIDING_S <= end:
+        worst = max(worst, done(at + SLIDING_S) - done(at))
+        at += 0.25
+    return worst
+
+
 def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
               seconds: float, warm_up: float, kind: str = "produce") -> Result:
     prefix = f"acc{replicas}{shape}{kind}{int(time.time())}"
@@ -99,11 +109,7 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         return sum(tl.at(t) for tl in timelines)
 
     rate = (acked(total) - acked(warm_up)) / seconds
-    worst = 0
-    at = warm_up
-    while at + SLIDING_S <= total:
-        worst = max(worst, acked(at + SLIDING_S) - acked(at))
-        at += 0.25
+    worst = fullest_window(acked, warm_up, total)
     return Result(replicas, shape, rate, worst, sum(tl.errors for tl in timelines), store_errors,
                   degradations)
 

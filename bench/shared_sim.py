@@ -23,6 +23,7 @@ import random
 import statistics
 from collections.abc import Sequence
 
+from bench.shared_accuracy import SLIDING_S, fullest_window
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
@@ -31,7 +32,6 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 MIB = 1024 * 1024
 QUOTA = MIB
 SHAPES = ("even", "skewed", "shifting")
-SLIDING_MS = 11_000
 SEND, SYNC = 0, 1
 
 
@@ -112,11 +112,8 @@ def simulate(replicas: int, shape: str, seconds: float = 60.0, warm_up: float = 
 
     start = warm_up * 1000
     rate = (upto(end) - upto(start)) / seconds
-    worst, at = 0, start
-    while at + SLIDING_MS <= end:
-        worst = max(worst, upto(at + SLIDING_MS) - upto(at))
-        at += 250
-    return rate / QUOTA, worst / (QUOTA * SLIDING_MS / 1000)
+    worst = fullest_window(lambda s: upto(s * 1000), warm_up, warm_up + seconds)
+    return rate / QUOTA, worst / (QUOTA * SLIDING_S)
 
 
 def run(fleets: Sequence[int] = (1, 3, 10), shapes: Sequence[str] = SHAPES,
