@@ -181,6 +181,11 @@ class Rate:
         return (self._exact and now_ms < self._purge_due and oldest is not None and now_ms >= oldest
                 and self._total <= bound * self._min_window_s)
 
+    def predicted_rate(self, now_ms: float, excluding: float = 0.0) -> float:
+        """The part of `measure` that is predicted rather than counted: none in Kafka's Rate (a
+        rate shared with other replicas predicts their bytes since its last read, `SharedRate`)."""
+        return 0.0
+
     def measure(self, now_ms: float) -> float:
         """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""
         # Every charged request measures: the checks that usually find nothing to do are made

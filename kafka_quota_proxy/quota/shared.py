@@ -157,7 +157,14 @@ class AlignedCounts:
         mine, total = self.window_bytes(now_ms)
         theirs = total - mine
         cap = max(0, self.home.live_replicas - 1)
-        self.ratio = 0.0 if theirs <= 0 else min(theirs / mine, cap) if mine > 0 else float(cap)
+        if mine > 0:
+            self.ratio = min(theirs / mine, cap) if theirs > 0 else 0.0
+        else:
+            # This replica sent nothing lately (the others may have, or, when the whole window is
+            # idle, nobody did): each live replica is taken to send as much as it will, as for a
+            # new stat. Taking an idle fleet to go on sending nothing let every replica take the
+            # whole window at once when all came back from a throttle they had shared.
+            self.ratio = float(cap)
         self.since_read = 0.0
 
     def window_bytes(self, now_ms: float) -> tuple[int, int]:
@@ -193,14 +200,10 @@ class SharedRate(AlignedCounts, Rate):
         self.since_read += value
         self.seen_ms = now_ms
 
-    def others_rate(self, now_ms: float) -> float:
-        """The other replicas' bytes per second over the retained aligned samples: their sum
-        over the span from the oldest non-empty one to now, at least (N-1) windows."""
-        predicted = self.ratio * self.since_read  # the others' bytes since the read, estimated
-        if not self._others_sum and not predicted:
-            return 0.0
+    def _others_in_window(self, wall: float) -> tuple[int, float]:
+        """The other replicas' bytes in the retained aligned samples at store time `wall`, and the
+        span they are a rate over: from the oldest non-empty one to now, at least (N-1) windows."""
         w = self._aligned_window
-        wall = now_ms + self.clock.offset_ms
         low = int(wall // w) - self._keep
         total = 0
         oldest = None
@@ -209,12 +212,40 @@ class SharedRate(AlignedCounts, Rate):
                 total += v
                 if oldest is None or s < oldest:
                     oldest = s
-        if total <= 0 and not predicted:
-            return 0.0
         span: float = (self._keep - 1) * w
         if oldest is not None:
             span = max(wall - oldest * w, span, 1.0)
-        return (total + predicted) / (span / 1000.0)
+        return total, span / 1000.0
+
+    def others_rate(self, now_ms: float) -> float:
+        """The other replicas' bytes per second: those read from the store, and those predicted
+        since the read (`ratio` x this replica's bytes since)."""
+        predicted = self.ratio * self.since_read
+        if not self._others_sum and not predicted:
+            return 0.0
+        total, span_s = self._others_in_window(now_ms + self.clock.offset_ms)
+        if total <= 0 and not predicted:
+            return 0.0
+        return (total + predicted) / span_s
+
+    def predicted_rate(self, now_ms: float, excluding: float = 0.0) -> float:
+        """The predicted part of `others_rate`; with `excluding`, as if this replica's last
+        `excluding` bytes (a fetch being decided) were predicted on their own terms: as many of
+        the others' bytes as the others sent in the last two aligned samples, but at least one
+        more fetch of its size and at most its size times `ratio`. A fetch's size says little of
+        what the others sent meanwhile: `ratio` times 1 MiB refused every fetch of a replica whose
+        client had just become the busy one (10 replicas: 87% under the quota)."""
+        if self.degraded is not None:
+            return 0.0
+        wall = now_ms + self.clock.offset_ms
+        predicted = self.ratio * (self.since_read - excluding)
+        if excluding > 0 and self.ratio:
+            current = int(wall // self._aligned_window)
+            recent = self.others.get(current, 0) + self.others.get(current - 1, 0)
+            predicted += min(self.ratio * excluding, max(recent, excluding))
+        if predicted <= 0:
+            return 0.0
+        return predicted / self._others_in_window(wall)[1]
 
     def measure(self, now_ms: float) -> float:
         own = Rate.measure(self, now_ms)

@@ -11,8 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
+from kafka_quota_proxy.quota.resolution import QuotaStore
+from kafka_quota_proxy.quota.sensors import LocalSensors
 from kafka_quota_proxy.quota.shared import (
+    ScopedShared,
     SharedQuotas,
     SharedRate,
     StoreClock,
@@ -253,3 +258,82 @@ def test_until_its_first_read_a_new_stat_takes_each_live_replica_to_send_as_much
     alone = SharedQuotas(CONFIG).rate(KEY)
     alone.record(100_000, 5_000.0)
     assert alone.ratio == 0.0 and alone.measure(5_000.0) == 100_000 / 10.0
+
+
+def test_replicas_coming_back_to_an_idle_window_take_each_other_to_send_as_they_do() -> None:
+    # Three replicas' clients sent for 2 s, then shared a throttle: 11.5 s later the window is
+    # empty, the stats still kept. Taking the others to go on sending nothing (ratio 0) let each
+    # take the whole window before the next read (10 replicas, 1 MiB fetches: up to 9x the quota).
+    fleet = _run_replicas([300.0, 300.0, 300.0], seconds=1.99)
+    sums = Sums()
+    for q in fleet:
+        q.live_replicas = 3
+    for now in range(2_000, 13_501, 100):
+        for i, q in enumerate(fleet):
+            sums.sync(q, f"idle{i}", float(now))
+    assert [q.rate(KEY).window_bytes(13_500.0) for q in fleet] == [(0, 0)] * 3
+    assert [len(q) for q in fleet] == [1, 1, 1]
+    assert [q.rate(KEY).ratio for q in fleet] == [2.0, 2.0, 2.0]
+    # One that sent alone lately is alone: nothing predicted for the others.
+    lone = _run_replicas([500.0, 0.0], seconds=12)
+    for q in lone:
+        q.live_replicas = 2
+    sums = Sums()
+    for i, q in enumerate(lone):
+        sums.sync(q, f"lone{i}", 12_000)
+    assert lone[0].rate(KEY).ratio == 0.0
+    assert lone[1].rate(KEY).ratio == 1.0  # sent nothing: the other may send as it will
+
+
+MIB = 1024 * 1024
+
+
+def _consumer_fleet(other_bps: float) -> tuple[ClientQuotaManager, SharedQuotas]:
+    """Replica 0 of 10 with a fetch manager under a 1 MiB/s consumer quota, its client idle;
+    replica 1's client has fetched `other_bps` for 12 s; both read at 12,000."""
+    config = CONFIG
+    fleet = [SharedQuotas(config, clock=StoreClock()) for _ in range(2)]
+    quotas = QuotaStore({QuotaEntity(client_id="t"): {QuotaKey.CONSUMER_BYTE_RATE: MIB}})
+    managers = [ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, quotas, config, LocalSensors(config),
+                                   ScopedShared(q, "fetch", "cluster"))
+                for q in fleet]
+    for q in fleet:
+        q.live_replicas = 10
+    managers[0].record_no_throttle("", "t", 0, 0.0)  # its client connected, idle since
+    sums = Sums()
+    for now in range(100, 12_001, 100):
+        managers[1].record_no_throttle("", "t", other_bps / 10, float(now))
+        for i, q in enumerate(fleet):
+            sums.sync(q, f"r{i}", float(now))
+    return managers[0], fleet[0]
+
+
+def test_a_fetch_is_not_taken_for_ratio_times_its_size_of_the_others_bytes() -> None:
+    # Replica 0 sent nothing lately, so it takes each of the 9 other live replicas to send as much
+    # as it will. Its client's first fetch of 1 MiB: counting 9 MiB more for the others refused
+    # it, and every one after, while the fleet ran at half the quota (10 replicas, shifting
+    # traffic: 87% under the quota). Its own part is the others' recent bytes, at least its size.
+    fetch, shared = _consumer_fleet(MIB / 2)
+    stat = next(iter(shared._stats.values()))
+    assert isinstance(stat, SharedRate) and stat.ratio == 9.0
+    assert fetch.record_and_get_throttle_ms("", "t", MIB, 12_010.0) == 0
+    theirs, span_s = stat._others_in_window(12_010.0)
+    assert theirs == pytest.approx(MIB / 2 * 11, rel=0.01) and span_s == pytest.approx(11.01)
+    # Recorded as produced, the same 1 MiB is predicted in full: 9 MiB more of the others'.
+    assert stat.others_rate(12_010.0) == pytest.approx((theirs + 9 * MIB) / span_s)
+    # A second fetch before the next read is decided with the first one's 9 MiB predicted and its
+    # own part (the others' bytes in the last two samples, here 0.5 MiB, but at least its size):
+    # refused, and throttled for those.
+    throttle = fetch.record_and_get_throttle_ms("", "t", MIB, 12_020.0)
+    theirs, span_s = stat._others_in_window(12_020.0)
+    own_part = max(stat.others.get(11, 0) + stat.others.get(12, 0), MIB)
+    counted = Rate.measure(stat, 12_020.0) + theirs / span_s  # both fetches, and the others'
+    assert throttle == rate_throttle_time_ms(stat, counted + (9 * MIB + own_part) / span_s, MIB, 12_020.0)
+    assert 0 < throttle < rate_throttle_time_ms(stat, counted + 18 * MIB / span_s, MIB, 12_020.0)
+    fetch.unrecord("", "t", MIB, 12_020.0)  # as the proxy does: the refused fetch delivered nothing
+    assert stat.since_read == MIB
+
+
+def test_a_fetch_over_the_quota_by_the_counted_bytes_alone_is_refused_as_on_kafka() -> None:
+    fetch, shared = _consumer_fleet(MIB)  # the other replica alone used the whole quota
+    assert fetch.record_and_get_throttle_ms("", "t", 64 * 1024, 12_010.0) > 0
