@@ -11,7 +11,9 @@ shapes:
 - skewed: one producer flat out (the hot replica), the others at 5% of the quota each;
 - shifting: one producer flat out at a time, the hot spot moving to the next replica every 10 s.
 
-The producers' acknowledged bytes, summed across replicas every 0.25 s, give the aggregate rate
+The producers' acknowledged bytes (for consumers, the Fetch response bytes each replica sent its
+consumer, which is what a consumer quota counts), summed across replicas every 0.25 s, give the
+aggregate rate
 over the measured period (after a warm-up that lets the first burst, which Kafka's rate allows a
 new client, be paid back) and the largest sum in any sliding 11 s window. Targets (issue 14):
 the aggregate within 5% of the quota, no 11 s window over 1.3 times the quota's worth.
@@ -30,6 +32,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 
+from devkit.processes import ProxyProcess
 from devkit.producing import Timeline, consume, fill, produce, start_replicas
 from devkit.tansu import Broker
 from devkit.valkey import ValkeyServer
@@ -75,6 +78,20 @@ def fullest_window(done: Callable[[float], int], start: float, end: float) -> in
     return worst
 
 
+def _fetched_bytes(proxies: Sequence[ProxyProcess], start: float, out: list[Timeline],
+                   done: threading.Event) -> None:
+    """Each replica's Fetch response bytes sent to its one consumer, every 0.25 s from `start`:
+    what a consumer quota counts. The records a consumer reads are fewer: a paced consumer
+    pauses its partition, and librdkafka drops what it had fetched for it and fetches it again
+    on resume, so the same bytes are fetched (and counted) more than once."""
+    base = [p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch") for p in proxies]
+    while not done.is_set():
+        elapsed = time.monotonic() - start
+        for p, b, tl in zip(proxies, base, out, strict=True):
+            tl.marks.append((elapsed, int(p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch") - b)))
+        done.wait(0.25)
+
+
 def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
               seconds: float, warm_up: float, kind: str = "produce") -> Result:
     prefix = f"acc{replicas}{shape}{kind}{int(time.time())}"
@@ -96,17 +113,27 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         threads = [threading.Thread(target=work, daemon=True, args=(
             p.bootstrap, topic, CLIENT_ID, start, total, timelines[i], _pace(shape, i, replicas)))
             for i, p in enumerate(proxies)]
+        fetched = [Timeline() for _ in proxies]  # what the quota counts of a consumer
+        done = threading.Event()
+        if kind == "consume":
+            threads.append(threading.Thread(target=_fetched_bytes, daemon=True,
+                                            args=(proxies, start, fetched, done)))
         for thread in threads:
             thread.start()
-        for thread in threads:
+        for thread in threads[:len(proxies)]:
             thread.join(total + 120)
+        done.set()
+        for thread in threads[len(proxies):]:
+            thread.join(10)
         # How often the replicas could not sync in time (each failure leaves the others' bytes
         # one more interval late; two in a row degrade the replica to its local share).
         store_errors = sum(int(p.metric("kafka_quota_proxy_store_errors_total")) for p in proxies)
         degradations = sum(p.log_text().count("failed twice") for p in proxies)
 
+    counted = fetched if kind == "consume" else timelines
+
     def acked(t: float) -> int:
-        return sum(tl.at(t) for tl in timelines)
+        return sum(tl.at(t) for tl in counted)
 
     rate = (acked(total) - acked(warm_up)) / seconds
     worst = fullest_window(acked, warm_up, total)
