@@ -20,6 +20,7 @@ the aggregate within 5% of the quota, no 11 s window over 1.3 times the quota's 
 
     python -m bench.shared_accuracy                      # 3 and 10 replicas, 75 s per shape, both kinds
     python -m bench.shared_accuracy --replicas 2 --seconds 20 --warm-up 10   # a quick look
+    python -m bench.shared_accuracy --kinds consume --batch-kib 64   # finer fetches
 """
 
 from __future__ import annotations
@@ -88,12 +89,13 @@ def _fetched_bytes(proxies: Sequence[ProxyProcess], start: float, out: list[Time
     while not done.is_set():
         elapsed = time.monotonic() - start
         for p, b, tl in zip(proxies, base, out, strict=True):
-            tl.marks.append((elapsed, int(p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch") - b)))
+            sent = p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch")
+            tl.marks.append((elapsed, int(sent - b)))
         done.wait(0.25)
 
 
 def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
-              seconds: float, warm_up: float, kind: str = "produce") -> Result:
+              seconds: float, warm_up: float, kind: str = "produce", batch_kib: int = 1024) -> Result:
     prefix = f"acc{replicas}{shape}{kind}{int(time.time())}"
     key = "producer_byte_rate" if kind == "produce" else "consumer_byte_rate"
     config = {"quota": {"scope": "cluster"},
@@ -106,7 +108,7 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         if kind == "consume":
             # Each reader reads the partition from its start on its own: more than any can reach
             # (the quota's worth over the run, and a new client's first burst, a window's worth).
-            fill(broker.address, topic, int((total + 2 * SLIDING_S) * QUOTA / MIB))
+            fill(broker.address, topic, int((total + 2 * SLIDING_S) * QUOTA / MIB), batch_kib * 1024)
         start = time.monotonic() + 0.5
         timelines = [Timeline() for _ in proxies]
         work = produce if kind == "produce" else consume
@@ -142,7 +144,7 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
 
 
 def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
-        warm_up: float = 15.0, kinds: Sequence[str] = KINDS) -> list[tuple[str, str]]:
+        warm_up: float = 15.0, kinds: Sequence[str] = KINDS, batch_kib: int = 1024) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     with ExitStack() as stack:
         broker = Broker().start()
@@ -153,7 +155,8 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
         for kind in kinds:
             for replicas in fleets:
                 for shape in shapes:
-                    r = run_shape(broker, node_id, valkey, replicas, shape, seconds, warm_up, kind)
+                    r = run_shape(broker, node_id, valkey, replicas, shape, seconds, warm_up, kind,
+                                  batch_kib)
                     name = f"{kind}, {replicas} replicas, {shape}"
                     rows.append((f"{name}: aggregate over {seconds:.0f} s",
                                  f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
@@ -174,8 +177,12 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--warm-up", type=float, default=15.0)
     ap.add_argument("--kinds", nargs="*", default=list(KINDS), choices=KINDS)
+    ap.add_argument("--batch-kib", type=int, default=1024,
+                    help="the size of the batches a consumer's partition is filled with, KiB: a "
+                         "fetch brings whole batches, so this sets how coarse its all-or-nothing is")
     args = ap.parse_args()
-    for name, value in run(args.replicas, args.shapes, args.seconds, args.warm_up, args.kinds):
+    for name, value in run(args.replicas, args.shapes, args.seconds, args.warm_up, args.kinds,
+                           args.batch_kib):
         print(f"{name:55s} {value}")
 
 
