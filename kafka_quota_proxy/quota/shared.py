@@ -57,7 +57,11 @@ class Degraded:
 
 
 SLOTS = ("key", "clock", "_aligned_window", "_keep", "own", "pushed", "others", "_others_sum",
-         "_cur_sample", "_cur_value", "degraded", "seen_ms", "home", "listed", "since_read", "ratio")
+         "_cur_sample", "_cur_value", "degraded", "seen_ms", "home", "listed", "since_read", "ratio",
+         "part", "part_ms", "part_since")
+
+
+PART_HORIZON_MS = 20_000.0  # how long a replica's part of the fleet's bytes is averaged over
 
 
 class AlignedCounts:
@@ -84,6 +88,14 @@ class AlignedCounts:
     # all the headroom they saw.
     since_read: float
     ratio: float
+    # This replica's part of the fleet's bytes in the window, averaged over the reads of the last
+    # PART_HORIZON_MS or so (-1 before the first): what it enforces as its share of the quota if the
+    # store fails. One window's part alone swings with the bursts and throttles of Kafka's rate (a
+    # replica that had just burst held 63% of the window under even traffic, and enforcing that
+    # put three replicas at 1.57x the quota).
+    part: float
+    part_ms: float  # the read it was last averaged at
+    part_since: float  # the first read it was averaged from
 
     def _init_counts(self, config: MetricConfig, key: str, home: SharedQuotas) -> None:
         self.key = key
@@ -102,6 +114,8 @@ class AlignedCounts:
         self.seen_ms = -math.inf
         self.since_read = 0.0
         self.ratio = 0.0
+        self.part = -1.0
+        self.part_ms = self.part_since = -math.inf
 
     def _count(self, value: float, now_ms: float) -> None:
         sample = self.clock.sample(now_ms, self._aligned_window)
@@ -155,6 +169,16 @@ class AlignedCounts:
             del others[s]
         self._others_sum = sum(others.values())
         mine, total = self.window_bytes(now_ms)
+        if total > 0:
+            now_part = mine / total
+            if self.part < 0:
+                self.part, self.part_ms, self.part_since = now_part, now_ms, now_ms
+            else:
+                # The mean over the reads so far, then over the last PART_HORIZON_MS (a moving one).
+                span = min(PART_HORIZON_MS, now_ms - self.part_since)
+                weight = min(1.0, max(0.0, now_ms - self.part_ms) / span) if span > 0 else 1.0
+                self.part += (now_part - self.part) * weight
+                self.part_ms = now_ms
         theirs = total - mine
         cap = max(0, self.home.live_replicas - 1)
         if mine > 0:
@@ -448,7 +472,8 @@ class SharedQuotas:
 
     def degrade(self, now_ms: float, policy: FailurePolicy | None = None) -> None:
         """Enforce each quota as this replica's share of it, from what it last knew: its fraction of
-        the fleet's bytes in the retained samples, never below 1/N_live (`local_share`); 1/N_live
+        the fleet's bytes in the retained samples, averaged over the reads of the last
+        PART_HORIZON_MS, never below 1/N_live (`local_share`); 1/N_live
         (`closed`: never over the quota in sum, however the traffic moves); or the whole quota on
         each replica (`open`)."""
         if policy is not None:
@@ -456,8 +481,11 @@ class SharedQuotas:
         if self.degraded_since is None:
             self.degraded_since = now_ms
         for stat in self._stats.values():
-            mine, total = stat.window_bytes(now_ms)
-            stat.degraded = self._share_for(mine / total if total > 0 else 0.0)
+            part = stat.part
+            if part < 0:
+                mine, total = stat.window_bytes(now_ms)
+                part = mine / total if total > 0 else 0.0
+            stat.degraded = self._share_for(part)
 
     def recover(self) -> None:
         """Back to the store's sums. What was recorded meanwhile is still in `own` and is written

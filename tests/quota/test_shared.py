@@ -337,3 +337,30 @@ def test_a_fetch_is_not_taken_for_ratio_times_its_size_of_the_others_bytes() -> 
 def test_a_fetch_over_the_quota_by_the_counted_bytes_alone_is_refused_as_on_kafka() -> None:
     fetch, shared = _consumer_fleet(MIB)  # the other replica alone used the whole quota
     assert fetch.record_and_get_throttle_ms("", "t", 64 * 1024, 12_010.0) > 0
+
+
+def test_a_degraded_share_is_the_replicas_part_over_the_last_reads_not_one_windows_swing() -> None:
+    # Three replicas with even traffic in Kafka's burst-then-throttle rhythm: each sends 6,000
+    # bytes in one second, then nothing for 11, a third of that apart. One window's part swings
+    # with the bursts; enforcing it when the store failed put three replicas at 1.57x the quota.
+    sums = Sums()
+    fleet = [SharedQuotas(CONFIG) for _ in range(3)]
+    for q in fleet:
+        q.live_replicas = 3
+    stats = [q.rate(KEY) for q in fleet]
+    now = 0
+    while now < 60_000:
+        now += 10
+        for i, stat in enumerate(stats):
+            if (now - i * 4_000) % 12_000 < 1_000:
+                stat.record(60, float(now))
+        if now % 100 == 0:
+            for i, q in enumerate(fleet):
+                sums.sync(q, f"b{i}", float(now))
+    window_parts = [m / t for m, t in (stat.window_bytes(60_000.0) for stat in stats)]
+    assert sum(max(p, 1 / 3) for p in window_parts) > 1.2  # what one window's part gave
+    for q in fleet:
+        q.degrade(60_000.0)
+    shares = [stat.degraded.share for stat in stats if stat.degraded is not None]
+    assert len(shares) == 3 and sum(shares) < 1.06
+    assert all(abs(s - 1 / 3) < 0.04 for s in shares)
