@@ -16,6 +16,7 @@ from bench import (
     request_check,
     shared_accuracy,
     shared_sim,
+    store_faults,
     store_latency,
     store_parts,
     store_sync,
@@ -39,6 +40,8 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                         "1 MiB/s producer quota (even, skewed, shifting traffic)", shared_accuracy.run),
     "store_latency": ("Cluster-wide quotas: Produce latency through a proxy whose store is near, and "
                       "100 ms away", store_latency.run),
+    "store_faults": ("Cluster-wide quotas: 3 replicas under load while their store is killed (and "
+                     "restarted empty), stopped, or partitioned away", store_faults.run),
     "shared_sim": ("Cluster-wide quotas, the arithmetic alone: 1, 3 and 10 simulated replicas' quota "
                    "engines on an ideal store, 10 seeds a shape", shared_sim.run),
     "request_check": ("Request body check (WellFormed): cost per request beside reading its header",
