@@ -10,6 +10,7 @@ from __future__ import annotations
 import socket
 import statistics
 import struct
+import threading
 import time
 from collections.abc import Iterator
 
@@ -87,14 +88,26 @@ def _metadata_loop(port: int, client_id: str, seconds: float) -> tuple[int, list
 
 def test_busy_polling_client_is_held_to_about_one_percent(request_proxy: ProxyProcess) -> None:
     free, _ = _metadata_loop(request_proxy.port, "unlimited-poller", 5.0)
-    busy, throttles = _metadata_loop(request_proxy.port, "busy-poller", 20.0)
+    scope = f"127.0.0.1:{request_proxy.upstream.rsplit(':', 1)[1]}"
+    result: list[tuple[int, list[int]]] = []
+    loop = threading.Thread(target=lambda: result.append(
+        _metadata_loop(request_proxy.port, "busy-poller", 20.0)))
+    loop.start()
+    # The gauge is the rate of the windows at the scrape: one slow request lifts it for a window
+    # (a 100 ms request adds about 0.9%), so it is read once a second and judged by its median.
+    gauges = []
+    time.sleep(6.0)
+    while loop.is_alive():
+        gauges.append(request_proxy.metric("kafka_quota_proxy_request_time_percent", scope=scope,
+                                           user="", client_id="busy-poller"))
+        loop.join(1.0)
+    busy, throttles = result[0]
     free_rate, busy_rate = free / 5.0, busy / 20.0
-    percent = request_proxy.metric("kafka_quota_proxy_request_time_percent",
-                                   scope=f"127.0.0.1:{request_proxy.upstream.rsplit(':', 1)[1]}",
-                                   user="", client_id="busy-poller")
+    percent = statistics.median(gauges)
     print(f"unlimited {free_rate:.0f} req/s; at request_percentage=1: {busy_rate:.1f} req/s, "
           f"{len(throttles)} throttled responses (median {statistics.median(throttles or [0])} ms), "
-          f"measured request time {percent:.2f}%")
+          f"measured request time {percent:.2f}% (median of {len(gauges)}: "
+          f"{', '.join(f'{g:.2f}' for g in gauges)})")
     assert throttles
     assert busy_rate < free_rate / 10
     assert 0.5 <= percent  # about 1% of one thread ...
@@ -105,8 +118,8 @@ def test_busy_polling_client_is_held_to_about_one_percent(request_proxy: ProxyPr
         # a second is the most the quota can hold it to. It must be doing that.
         assert statistics.median(throttles) == 1000
     else:
-        # The gauge is the rate of the windows at the scrape: a load spike in them shows (1.58%
-        # seen in CI at 2 ms a request), twice the quota would not be held.
+        # Twice the quota, most of the time, would not be held. (A single reading at the end was
+        # 2.14% in one CI run, with 5 requests a second and the throttles at their 1 s cap.)
         assert percent < 2.0
 
 
