@@ -134,12 +134,10 @@ class ClientQuotaManager(_ResolvedQuota):
         if self.key is QuotaKey.CONSUMER_BYTE_RATE:
             # A fetch over quota delivers nothing and is taken back: all or nothing. With the
             # quota shared, its own part of the others' predicted bytes is predicted on its own
-            # terms (SharedRate.predicted_rate), both for the decision and for the throttle.
-            predicted = rate.predicted_rate(now_ms)
-            if predicted:
-                measured += rate.predicted_rate(now_ms, value) - predicted
-                if measured <= bound:
-                    return 0
+            # terms (SharedRate.fetch_correction), both for the decision and for the throttle.
+            measured += rate.fetch_correction(now_ms, value)
+            if measured <= bound:
+                return 0
         return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
 
     def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: float) -> None:

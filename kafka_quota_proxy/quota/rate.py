@@ -181,9 +181,9 @@ class Rate:
         return (self._exact and now_ms < self._purge_due and oldest is not None and now_ms >= oldest
                 and self._total <= bound * self._min_window_s)
 
-    def predicted_rate(self, now_ms: float, excluding: float = 0.0) -> float:
-        """The part of `measure` that is predicted rather than counted: none in Kafka's Rate (a
-        rate shared with other replicas predicts their bytes since its last read, `SharedRate`)."""
+    def fetch_correction(self, now_ms: float, size: float) -> float:
+        """What `measure` overstates for a fetch of `size` just recorded: nothing in Kafka's Rate
+        (a rate shared with other replicas predicts their bytes from it, `SharedRate`)."""
         return 0.0
 
     def measure(self, now_ms: float) -> float:

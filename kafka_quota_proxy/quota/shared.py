@@ -252,24 +252,24 @@ class SharedRate(AlignedCounts, Rate):
             return 0.0
         return (total + predicted) / span_s
 
-    def predicted_rate(self, now_ms: float, excluding: float = 0.0) -> float:
-        """The predicted part of `others_rate`; with `excluding`, as if this replica's last
-        `excluding` bytes (a fetch being decided) were predicted on their own terms: as many of
-        the others' bytes as the others sent in the last two aligned samples, but at least one
-        more fetch of its size and at most its size times `ratio`. A fetch's size says little of
-        what the others sent meanwhile: `ratio` times 1 MiB refused every fetch of a replica whose
-        client had just become the busy one (10 replicas: 87% under the quota)."""
-        if self.degraded is not None:
+    def fetch_correction(self, now_ms: float, size: float) -> float:
+        """What `measure` overstates for a fetch of `size` just recorded, per second (<= 0).
+        `measure` predicts `ratio` x its size of the others' bytes for it, but a fetch's size says
+        little of what the others sent meanwhile: `ratio` times 1 MiB refused every fetch of a
+        replica whose client had just become the busy one (10 replicas: 87% under the quota). Its
+        own part is instead what the others sent in the last two aligned samples, but at least
+        one more fetch of its size and at most `ratio` times it."""
+        ratio = self.ratio
+        if self.degraded is not None or not ratio or size <= 0:
             return 0.0
         wall = now_ms + self.clock.offset_ms
-        predicted = self.ratio * (self.since_read - excluding)
-        if excluding > 0 and self.ratio:
-            current = int(wall // self._aligned_window)
-            recent = self.others.get(current, 0) + self.others.get(current - 1, 0)
-            predicted += min(self.ratio * excluding, max(recent, excluding))
-        if predicted <= 0:
+        current = int(wall // self._aligned_window)
+        recent = self.others.get(current, 0) + self.others.get(current - 1, 0)
+        full = ratio * size
+        own_part = min(full, max(recent, size))
+        if own_part >= full:
             return 0.0
-        return predicted / self._others_in_window(wall)[1]
+        return (own_part - full) / self._others_in_window(wall)[1]
 
     def measure(self, now_ms: float) -> float:
         own = Rate.measure(self, now_ms)
