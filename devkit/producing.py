@@ -111,8 +111,10 @@ def consume(bootstrap: str, topic: str, client_id: str, start: float, seconds: f
             pace: Callable[[float], float | None] = lambda elapsed: None) -> None:
     """Read partition 0 of `topic` from its start, from `start` for `seconds`, on its own (no
     group); `pace(elapsed)` as for `produce` (0: the partition is paused, so nothing is fetched).
-    The prefetch queue is kept small, so what is fetched is about what is read; `out` counts the
-    bytes of the records read."""
+    The prefetch queue is kept small; `out` counts the bytes of the records read. That is about
+    what a flat-out consumer fetches, but less than a paced one does: librdkafka drops what it had
+    fetched for a paused partition and fetches it again on resume (what a consumer quota counts,
+    the replica's Fetch response bytes, is what bench.shared_accuracy measures)."""
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": client_id,
