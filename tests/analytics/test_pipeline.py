@@ -30,25 +30,16 @@ from kafka_quota_proxy.quota import usage
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 from tests.analytics.conftest import Analyzed, Generated, bad_lines
+from tests.support.usage import usage_records
 
 pytestmark = pytest.mark.spark
 
 TABLES = ("tenants", "hourly", "hour_of_day", "users", "outliers", "recommendations", "replay")
 
 
-def raw_records(directory: Path) -> list[dict[str, Any]]:
-    """Every good record of a generated log, read without Spark."""
-    out = []
-    for path in sorted(directory.rglob("usage-proxy-a.jsonl*")):
-        opener = gzip.open if path.suffix == ".gz" else open
-        with opener(path, "rt") as f:
-            out += [json.loads(line) for line in f]
-    return out
-
-
 @pytest.fixture(scope="module")
 def records(generated: Generated) -> list[dict[str, Any]]:
-    return raw_records(generated.dir)
+    return usage_records(generated.dir, "proxy-a")  # every good record of the generated log
 
 
 def assert_percentile(got: float, values: list[float], percentile: float) -> None:

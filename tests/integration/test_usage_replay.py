@@ -5,7 +5,6 @@ throttle time the proxy actually applied within 10%."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -18,16 +17,12 @@ from devkit.tansu import Broker
 from kafka_quota_proxy.analytics.replay import replay_unit
 from kafka_quota_proxy.quota.rate import MetricConfig
 from tests.support.clients import Progress, in_thread, run_producer
+from tests.support.usage import usage_records
 
 pytestmark = pytest.mark.integration
 
 MiB = 1024 * 1024
 RUN = 40.0
-
-
-def _records(directory: Path) -> list[dict]:
-    return [json.loads(line) for path in sorted(directory.rglob("usage-replay.jsonl"))
-            for line in path.read_text().splitlines()]
 
 
 def test_replay_of_a_real_run_estimates_the_throttle_the_proxy_applied(
@@ -53,7 +48,7 @@ def test_replay_of_a_real_run_estimates_the_throttle_the_proxy_applied(
         proxy.proc.wait(40)
     finally:
         proxy.stop()
-    logged = [r for r in _records(usage_dir) if r["client_id"] == "held"]
+    logged = [r for r in usage_records(usage_dir, "replay") if r["client_id"] == "held"]
     assert sum(r["throttle_ms"]["produce"] for r in logged) == applied  # the log holds what was applied
     # Compared over the intervals the producer ran through: when it stops (and drops what it had
     # queued) nothing in the log says so, and a replay would go on sending its backlog.

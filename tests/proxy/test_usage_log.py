@@ -3,7 +3,6 @@ records read back from the files the proxy wrote when it shut down."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,11 @@ from tests.proxy.quota_support import (
     records_for_fetch_size,
     run,
 )
+from tests.support.usage import usage_records
 
 
 def records(directory: Path) -> list[dict[str, Any]]:
-    out = []
-    for path in sorted(directory.rglob("usage-t.jsonl")):
-        out += [json.loads(line) for line in path.read_text().splitlines()]
-    return out
+    return usage_records(directory, "t")
 
 
 def totals(recs: list[dict[str, Any]], user: str, client_id: str) -> dict[str, Any]:
