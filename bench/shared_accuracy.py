@@ -130,7 +130,7 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         # How often the replicas could not sync in time (each failure leaves the others' bytes
         # one more interval late; two in a row degrade the replica to its local share).
         store_errors = sum(int(p.metric("kafka_quota_proxy_store_errors_total")) for p in proxies)
-        degradations = sum(p.log_text().count("failed twice") for p in proxies)
+        degradations = sum(p.log_text().count("enforced as this replica's share") for p in proxies)
 
     counted = fetched if kind == "consume" else timelines
 

@@ -84,7 +84,7 @@ def measure(phases: int = 4, seconds: float = 15.0, delay_ms: float = 100.0) -> 
             relay.delay(0.0)
         failed = proxy.metric("kafka_quota_proxy_store_errors_total") - errors_before
         syncs = proxy.metric("kafka_quota_proxy_store_syncs_total")
-        degraded = proxy.log_text().count("failed twice")
+        degraded = proxy.log_text().count("enforced as this replica's share")
     return {"near_p50": statistics.median(near), "near_p99": _p(near, 0.99),
             "far_p50": statistics.median(far), "far_p99": _p(far, 0.99),
             "requests": len(near) + len(far), "failed_syncs": failed, "syncs": syncs,

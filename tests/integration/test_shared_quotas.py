@@ -73,7 +73,7 @@ def test_two_replicas_hold_one_producer_quota_together(broker: Broker, broker_no
         for p in proxies:
             assert p.metric("kafka_quota_proxy_store_degraded") == 0
             assert p.metric("kafka_quota_proxy_store_replicas") == 2
-            assert "failed twice" not in p.log_text()
+            assert "enforced as this replica's share" not in p.log_text()
     finally:
         _stop(proxies)
 
@@ -150,7 +150,7 @@ def test_the_store_killed_under_load_no_client_error_then_shared_again(
         assert [r.errors for r in runs] == [[], []]
         for p in proxies:
             log = p.log_text()
-            assert log.count("failed twice") == 1
+            assert log.count("enforced as this replica's share") == 1
             assert "answers again" in log
             assert "Traceback" not in log
     finally:

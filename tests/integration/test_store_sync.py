@@ -10,6 +10,7 @@ from typing import cast
 
 import pytest
 
+from devkit.relay import Relay
 from devkit.valkey import ValkeyCluster, ValkeyServer
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.config.store_settings import StoreSettings
@@ -192,3 +193,69 @@ def test_one_cancel_ends_the_sync_task_wherever_it_lands(valkey: ValkeyServer) -
         return survived
 
     assert asyncio.run(scenario()) == []
+
+
+def _monotonic_replica(url: str, prefix: str, **settings: object) -> tuple[StoreSync, QuotaEngine]:
+    engine = QuotaEngine(QuotaSettings(scope="cluster"), QuotaStore({}), shared_buckets=4)
+    assert engine.shared is not None
+    store = StoreSettings(url=url, key_prefix=prefix, buckets=4, **settings)  # type: ignore[arg-type]
+    return StoreSync(store, engine.shared), engine
+
+
+def test_a_store_that_stops_answering_degrades_the_replica_in_two_intervals_not_two_timeouts(
+        valkey_relay: Relay) -> None:
+    # A partitioned (or SIGSTOPped) store answers nothing: each sync fails only at timeout_ms.
+    # Waiting for two of those left the replicas on stale counts for a second; the watchdog
+    # degrades after 2 intervals plus twice the usual sync's duration instead.
+    sync, engine = _monotonic_replica(f"redis://{valkey_relay.address}", "s-stall",
+                                      sync_interval_ms=100, timeout_ms=3000)
+
+    async def scenario() -> tuple[float | None, float, bool]:
+        task = asyncio.create_task(sync.run_forever())
+        await asyncio.sleep(1.0)
+        healthy = not sync.stats.degraded and sync.stats.syncs >= 5
+        stale_after = sync.stale_after_ms()
+        valkey_relay.blackhole(4.0)
+        cut = time.monotonic()
+        degraded_after = None
+        while time.monotonic() - cut < 2.5:
+            if sync.stats.degraded:
+                degraded_after = time.monotonic() - cut
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sync.close()
+        return degraded_after, stale_after, healthy
+
+    degraded_after, stale_after, healthy = asyncio.run(scenario())
+    assert healthy
+    assert 200 <= stale_after < 400  # 2 x 100 ms, plus twice a loopback sync's few ms
+    assert engine.shared is not None and engine.shared.degraded_since is not None
+    # The last success was at most an interval before the cut; no sync had failed yet (3 s timeout).
+    assert degraded_after is not None and degraded_after < 0.6
+    assert sync.stats.errors == 0
+
+
+def test_a_slow_store_does_not_trip_the_watchdog(valkey_relay: Relay) -> None:
+    # 150 ms each way: every sync takes several round trips, longer than two intervals, yet the
+    # replica is not degraded, because the watchdog allows twice the usual sync's duration.
+    sync, _ = _monotonic_replica(f"redis://{valkey_relay.address}", "s-slow",
+                                 sync_interval_ms=100, timeout_ms=5000)
+    valkey_relay.delay(0.15)
+
+    async def scenario() -> tuple[int, bool]:
+        task = asyncio.create_task(sync.run_forever())
+        ever = False
+        for _ in range(300):  # 6 s
+            await asyncio.sleep(0.02)
+            ever = ever or sync.stats.degraded
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await sync.close()
+        return sync.stats.syncs, ever
+
+    syncs, ever_degraded = asyncio.run(scenario())
+    assert syncs >= 3
+    assert min(sync._recent_ms) > 200  # the premise: each sync took longer than two intervals
+    assert not ever_degraded

@@ -4,10 +4,13 @@ Every `sync_interval_ms` it writes what this replica recorded since the last syn
 all replicas recorded, one script call per bucket of entities (scripts.py), plus one heartbeat.
 The request path never waits for it: it only reads the numbers the last sync left.
 
-When the store fails (an error, or no answer within `timeout_ms`) twice in a row, the replica is
-degraded: it enforces its share of each quota (quota/shared.py), logs one line and sets the
-`store_degraded` gauge. After `degraded_grace_seconds` the `on_failure` policy applies. The first
-sync that succeeds again ends it; writes are absolute, so nothing is counted twice.
+When the store fails (an error, or no answer within `timeout_ms`) twice in a row, or no sync has
+succeeded for two sync intervals and twice the usual sync's duration (a stopped or partitioned
+store answers nothing, and waiting for two `timeout_ms` left the replicas on stale counts for a
+second), the replica is degraded: it enforces its share of each quota (quota/shared.py), logs one
+line and sets the `store_degraded` gauge. After `degraded_grace_seconds` the `on_failure` policy
+applies. The first sync that succeeds again ends it; writes are absolute, so nothing is counted
+twice.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import asyncio
 import logging
 import secrets
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -113,6 +117,8 @@ class StoreSync:
         self._client = client
         self._scripts: dict[str, Any] = {}
         self._failures = 0
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._recent_ms: deque[float] = deque(maxlen=20)  # the last successful syncs' durations
         self._wrote: set[tuple[str, int]] = set()  # buckets written to (the store had them then)
         self._clock_set = False
         for _, registry in self.registries:
@@ -142,10 +148,41 @@ class StoreSync:
 
     async def run_forever(self) -> None:
         interval = self.settings.sync_interval_ms / 1000
-        while True:
-            started = time.monotonic()
-            await self.sync_once()
-            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                started = time.monotonic()
+                if await self.sync_once():
+                    # Armed from the first success on (until then, two failed syncs degrade: a
+                    # first connection may take longer than a sync does).
+                    if self._watchdog is not None:
+                        self._watchdog.cancel()
+                    self._watchdog = loop.call_later(self.stale_after_ms() / 1000, self._check_stale)
+                await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+                self._watchdog = None
+
+    def stale_after_ms(self) -> float:
+        """How long without a successful sync degrades the replica: two sync intervals, plus twice
+        the longest of the last syncs (a store far away must not make every sync look late)."""
+        # Until a second sync, the first one's (which also connected: longer, so on the safe side).
+        usual = max(self._recent_ms) if self._recent_ms else self.stats.last_duration_ms
+        return 2 * self.settings.sync_interval_ms + 2 * usual
+
+    def _check_stale(self) -> None:
+        """The watchdog `run_forever` arms after each successful sync: it fires while a sync that
+        the store does not answer is still waiting for its `timeout_ms`."""
+        now = self.clock()
+        last = self.stats.last_success_ms
+        if last is None:
+            return
+        wait_ms = self.stale_after_ms() - (now - last)
+        if wait_ms > 0:  # a clock other than the loop's (tests): look again when it is due
+            self._watchdog = asyncio.get_running_loop().call_later(wait_ms / 1000, self._check_stale)
+        elif not self.stats.degraded:
+            self._degrade(now, f"had no answer for {now - last:.0f} ms")
 
     async def sync_once(self) -> bool:
         """One sync; True if the store answered. Never raises (but for cancellation)."""
@@ -169,6 +206,8 @@ class StoreSync:
         self.stats.syncs += 1
         self.stats.last_duration_ms = now - started
         self.stats.durations_ms.append(now - started)
+        if self.stats.syncs > 1:  # the first one connected and loaded the scripts too
+            self._recent_ms.append(now - started)
         if len(self.stats.durations_ms) > 10_000:
             del self.stats.durations_ms[:5_000]
         self.stats.last_success_ms = now
@@ -189,13 +228,7 @@ class StoreSync:
         if self._failures < 2:
             return
         if not self.stats.degraded:
-            self.stats.degraded = True
-            for _, registry in self.registries:
-                registry.degrade(now, "local_share")
-            log.warning("quota store %s failed twice (%s): each quota is now enforced as this "
-                        "replica's share of it (of %d live replicas); after %.0fs: %s",
-                        self.settings.redacted_url, _reason(exc), self.shared.live_replicas,
-                        self.settings.degraded_grace_seconds, self.settings.on_failure)
+            self._degrade(now, f"failed twice: {_reason(exc)}")
             return
         since = self.shared.degraded_since
         grace_ms = self.settings.degraded_grace_seconds * 1000
@@ -205,6 +238,15 @@ class StoreSync:
                 registry.degrade(now, self.settings.on_failure)  # type: ignore[arg-type]
             log.warning("quota store still failing after %.0fs: on_failure %s applies",
                         self.settings.degraded_grace_seconds, self.settings.on_failure)
+
+    def _degrade(self, now: float, why: str) -> None:
+        self.stats.degraded = True
+        for _, registry in self.registries:
+            registry.degrade(now, "local_share")
+        log.warning("quota store %s %s: each quota is now enforced as this replica's share of it "
+                    "(of %d live replicas); after %.0fs: %s", self.settings.redacted_url, why,
+                    self.shared.live_replicas, self.settings.degraded_grace_seconds,
+                    self.settings.on_failure)
 
     async def _heartbeat(self) -> None:
         sent = self.clock()
