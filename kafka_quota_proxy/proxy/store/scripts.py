@@ -29,37 +29,66 @@ SYNC_BUCKET = """
 local replica = ARGV[1]
 local ttl = tonumber(ARGV[2])
 local n_samples = tonumber(ARGV[3])
+local CHUNK = 1000
 local lost = 0
 if ARGV[4] == '1' and redis.call('HEXISTS', KEYS[1], replica) == 0 then
   lost = 1
 end
 redis.call('HSET', KEYS[1], replica, '1')
 redis.call('PEXPIRE', KEYS[1], ttl)
-local touched = {}
+-- The writes, grouped by sample: their old values in one HMGET and the new ones in one HSET per
+-- sample (in chunks: unpack() takes a few thousand values at most), then one HINCRBY for each
+-- value that changed.
+local by_pos = {}
 local i = 6
 local n_writes = tonumber(ARGV[5])
 for _ = 1, n_writes do
   local pos = tonumber(ARGV[i])
-  local entity = ARGV[i + 1]
-  local value = tonumber(ARGV[i + 2])
+  local group = by_pos[pos]
+  if group == nil then
+    group = {}
+    by_pos[pos] = group
+  end
+  group[#group + 1] = i
   i = i + 3
-  local ckey = KEYS[2 * pos]
-  local tkey = KEYS[2 * pos + 1]
-  local field = entity .. '\\30' .. replica
-  local old = tonumber(redis.call('HGET', ckey, field) or '0')
-  if value ~= old then
-    redis.call('HSET', ckey, field, ARGV[i - 1])
-    redis.call('HINCRBY', tkey, entity, value - old)
-    touched[pos] = true
+end
+for pos, group in pairs(by_pos) do
+  local ckey, tkey = KEYS[2 * pos], KEYS[2 * pos + 1]
+  local touched = false
+  for first = 1, #group, CHUNK do
+    local last = math.min(first + CHUNK - 1, #group)
+    local fields = {}
+    for k = first, last do
+      fields[#fields + 1] = ARGV[group[k] + 1] .. '\\30' .. replica
+    end
+    local olds = redis.call('HMGET', ckey, unpack(fields))
+    local news = {}
+    for k = first, last do
+      local at = group[k]
+      local value = tonumber(ARGV[at + 2])
+      local old = tonumber(olds[k - first + 1] or '0')
+      if value ~= old then
+        news[#news + 1] = fields[k - first + 1]
+        news[#news + 1] = ARGV[at + 2]
+        redis.call('HINCRBY', tkey, ARGV[at + 1], value - old)
+      end
+    end
+    if #news > 0 then
+      redis.call('HSET', ckey, unpack(news))
+      touched = true
+    end
+  end
+  if touched then
+    redis.call('PEXPIRE', ckey, ttl)
+    redis.call('PEXPIRE', tkey, ttl)
   end
 end
-for pos, _ in pairs(touched) do
-  redis.call('PEXPIRE', KEYS[2 * pos], ttl)
-  redis.call('PEXPIRE', KEYS[2 * pos + 1], ttl)
-end
+-- The reads, grouped by sample the same way: one HMGET per sample (and chunk), answered in the
+-- order asked.
 local out = {lost}
 local n_reads = tonumber(ARGV[i])
 i = i + 1
+local wanted = {}
 for _ = 1, n_reads do
   local entity = ARGV[i]
   local n = tonumber(ARGV[i + 1])
@@ -67,7 +96,29 @@ for _ = 1, n_reads do
   for _ = 1, n do
     local pos = tonumber(ARGV[i])
     i = i + 1
-    out[#out + 1] = tonumber(redis.call('HGET', KEYS[2 * pos + 1], entity) or '0')
+    local slot = #out + 1
+    out[slot] = 0
+    local group = wanted[pos]
+    if group == nil then
+      group = {}
+      wanted[pos] = group
+    end
+    group[#group + 1] = slot
+    group[#group + 1] = entity
+  end
+end
+for pos, group in pairs(wanted) do
+  local tkey = KEYS[2 * pos + 1]
+  for first = 1, #group, 2 * CHUNK do
+    local last = math.min(first + 2 * CHUNK - 1, #group)
+    local entities = {}
+    for k = first + 1, last, 2 do
+      entities[#entities + 1] = group[k]
+    end
+    local got = redis.call('HMGET', tkey, unpack(entities))
+    for j = 1, #got do
+      out[group[first + 2 * (j - 1)]] = tonumber(got[j] or '0')
+    end
   end
 end
 return out

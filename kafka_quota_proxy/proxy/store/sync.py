@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.store import scripts
+from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.shared import SharedIds, SharedQuotas, SyncBatch, bucket_of
 
 log = logging.getLogger("kafka_quota_proxy.store")
@@ -343,23 +344,8 @@ class StoreSync:
 
     def _bucket_call(self, kind: str, registry: SharedQuotas,
                      batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
-        samples = sorted({s for w in batch.writes.values() for s in w}
-                         | {s for r in batch.reads.values() for s in r})
-        pos = {s: i + 1 for i, s in enumerate(samples)}
-        window = registry.config.window_ms
-        ttl = (registry.config.samples + 2) * window
-        args: list[Any] = [self.replica, ttl, len(samples),
-                           1 if (kind, batch.bucket) in self._wrote else 0]
-        writes = [(pos[s], key, v) for key, w in batch.writes.items() for s, v in w.items()]
-        args.append(len(writes))
-        for p, key, v in writes:
-            args += [p, key, v]
-        reads = list(batch.reads.items())
-        args.append(len(reads))
-        for key, wanted in reads:
-            args += [key, len(wanted), *(pos[s] for s in wanted)]
-        keys = scripts.bucket_keys(self.settings.key_prefix, batch.bucket, samples, kind)
-        return keys, args, reads
+        return bucket_call(self.settings.key_prefix, self.replica, (kind, batch.bucket) in self._wrote,
+                           registry.config, kind, batch)
 
     def _apply_bucket(self, kind: str, registry: SharedQuotas, batch: SyncBatch,
                       reads: list[tuple[str, list[int]]], out: Any) -> None:
@@ -378,6 +364,27 @@ class StoreSync:
             log.info("quota store lost this replica's counts in bucket %s%d: writing them again",
                      kind, batch.bucket)
         registry.applied(batch, totals, lost, self.clock())
+
+
+def bucket_call(prefix: str, replica: str, wrote_before: bool, config: MetricConfig, kind: str,
+                batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
+    """One bucket's `SYNC_BUCKET` call: its keys, its arguments, and the (key, samples) it reads
+    in the order the answer gives them. Pure (bench.store_sync sends these same calls)."""
+    samples = sorted({s for w in batch.writes.values() for s in w}
+                     | {s for r in batch.reads.values() for s in r})
+    pos = {s: i + 1 for i, s in enumerate(samples)}
+    ttl = (config.samples + 2) * config.window_ms
+    args: list[Any] = [replica, ttl, len(samples), 1 if wrote_before else 0]
+    writes = [(pos[s], key, v) for key, w in batch.writes.items() for s, v in w.items()]
+    args.append(len(writes))
+    for p, key, v in writes:
+        args += [p, key, v]
+    reads = list(batch.reads.items())
+    args.append(len(reads))
+    for key, wanted in reads:
+        args += [key, len(wanted), *(pos[s] for s in wanted)]
+    keys = scripts.bucket_keys(prefix, batch.bucket, samples, kind)
+    return keys, args, reads
 
 
 def _text(value: bytes | str) -> str:
