@@ -4,8 +4,9 @@ syncing with one Valkey every interval, and what that costs the store.
 Each simulated replica holds one connection and, every `--interval-ms`, sends one sync: one
 script call per bucket carrying its absolute bytes of the current aligned sample for its tenants
 in that bucket, pipelined, and reads the totals back. By default the call is the proxy's own:
-its script (`SYNC_BUCKET`) with the arguments its sync builds (`bucket_call`), which reads each
-tenant's last two samples, as a replica does for a tenant it has read before. `--script
+its script (`SYNC_BUCKET`) with the arguments its sync builds (`bucket_call`), which read each
+tenant's current sample, and in the first three intervals of a sample the one before too, as a
+replica does for a tenant it has read before. `--script
 batched` runs the benchmarks' leaner variant (bench.store_script) instead, for comparison.
 `--changed` of its tenants have new bytes in each sync (they send their value and go through
 HINCRBY); the others are only read (their totals come back, nothing is written for them).
@@ -80,9 +81,12 @@ def script_text(cfg: Config) -> str:
     return SYNC_BUCKET if cfg.script == "proxy" else SYNC_SCRIPT_BATCHED
 
 
-def replica_requests(cfg: Config, replica: int, sha: str) -> tuple[list[bytes], list[bytes], int]:
+def replica_requests(cfg: Config, replica: int, sha: str,
+                     early: bool = True) -> tuple[list[bytes], list[bytes], int]:
     """The replica's sync, two ways (its changed tenants' values differ between them, so each
-    sync writes new values for those), with the sample ids placeholders; and its entity count."""
+    sync writes new values for those), with the sample ids placeholders; and its entity count.
+    `early`: the sync falls in the first `settle_ms` of a sample, when the proxy also reads the
+    sample before (SharedQuotas.collect)."""
     rng = random.Random(cfg.seed * 1_000_003 + replica)
     tenants = (list(range(cfg.tenants)) if cfg.per_replica == cfg.tenants
                else rng.sample(range(cfg.tenants), cfg.per_replica))
@@ -101,7 +105,8 @@ def replica_requests(cfg: Config, replica: int, sha: str) -> tuple[list[bytes], 
                 names = {t: sensor_key_text("produce", "cluster", ("", f"t{t}")) for t in members}
                 batch = SyncBatch(bucket, writes={names[t]: {now: 1000 + flip} for t in members
                                                   if t in changed},
-                                  reads={names[t]: [before, now] for t in members})
+                                  reads={names[t]: [before, now] if early else [now]
+                                         for t in members})
                 keys, args, _ = bucket_call("kqp", f"r{replica}", True, metric, "b", batch)
                 ways[flip].append(encode_command(["EVALSHA", sha, len(keys), *keys, *args]))
                 continue
@@ -124,8 +129,15 @@ class WorkerResult:
     cpu_seconds: float = 0.0
 
 
-async def _replica(cfg: Config, port: int, ways: tuple[list[bytes], list[bytes]], entities: int,
-                   start: float, measure_from: float, end: float, out: WorkerResult) -> None:
+def settle_s(cfg: Config) -> float:
+    """How far into a sample the proxy's sync still reads the one before (StoreSync.settle_ms)."""
+    return 3 * cfg.interval_ms / 1000 if cfg.script == "proxy" else 0.0
+
+
+async def _replica(cfg: Config, port: int, both: tuple[tuple[list[bytes], list[bytes]], ...],
+                   entities: int, start: float, measure_from: float, end: float,
+                   out: WorkerResult) -> None:
+    """`both`: the requests late in a sample and, if they differ, early in one."""
     import hiredis
 
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -141,7 +153,9 @@ async def _replica(cfg: Config, port: int, ways: tuple[list[bytes], list[bytes]]
             began = time.monotonic()
             if began >= end:
                 break
-            current = int(time.time() / cfg.sample_seconds)
+            wall = time.time()
+            current = int(wall / cfg.sample_seconds)
+            ways = both[-1] if wall - current * cfg.sample_seconds < settle_s(cfg) else both[0]
             sample = b"%0*d" % (SAMPLE_WIDTH, current)
             sample_before = b"%0*d" % (SAMPLE_WIDTH, current - 1)
             started = time.perf_counter()
@@ -176,11 +190,18 @@ def _worker(cfg: Config, port: int, sha: str, replicas: list[int], start: float,
     import uvloop
 
     out = WorkerResult()
-    built = [replica_requests(cfg, r, sha) for r in replicas]
+    built = []
+    for r in replicas:
+        late0, late1, n = replica_requests(cfg, r, sha, early=False)
+        both = [(late0, late1)]
+        if settle_s(cfg):
+            early0, early1, _ = replica_requests(cfg, r, sha, early=True)
+            both.append((early0, early1))
+        built.append((tuple(both), n))
 
     async def main() -> None:
-        await asyncio.gather(*(_replica(cfg, port, (w0, w1), n, start, measure_from, end, out)
-                               for w0, w1, n in built))
+        await asyncio.gather(*(_replica(cfg, port, both, n, start, measure_from, end, out)
+                               for both, n in built))
 
     cpu0 = time.process_time()
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

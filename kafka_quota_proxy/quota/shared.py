@@ -407,15 +407,19 @@ class SharedQuotas:
     def sample_floor(self, now_ms: float) -> int:
         return self.clock.sample(now_ms, self.config.window_ms) - self.config.samples
 
-    def collect(self, now_ms: float) -> list[SyncBatch]:
+    def collect(self, now_ms: float, settle_ms: float | None = None) -> list[SyncBatch]:
         """One batch per bucket with work: the samples each key wrote since the last sync, and the
-        samples to read back (the last two for a key already read, all retained for a new one).
-        Keys idle for longer than the retained samples are let go."""
+        samples to read back (all retained for a new key; for a key already read, the current
+        one, and the one before while it may still be written: during the first `settle_ms` of
+        the current sample, when the other replicas' first syncs since the boundary bring their
+        last bytes of it; always when None). Keys idle for longer than the retained samples are
+        let go."""
         window = self.config.window_ms
         current = self.clock.sample(now_ms, window)
         floor = current - self.config.samples
         horizon = (self.config.samples + 1) * window
-        recent = [current - 1, current]
+        into = now_ms + self.clock.offset_ms - current * window
+        recent = [current - 1, current] if settle_ms is None or into < settle_ms else [current]
         everything = list(range(floor, current + 1))
         batches: dict[int, SyncBatch] = {}
         for key in list(self._stats):

@@ -1,6 +1,7 @@
 """The shared quota store's benchmarks on a tiny scale: the sync script's contract against a real
-Valkey (bench.store_script), the proxy's own calls as the simulation sends them, and a short run of the fleet simulation (bench.store_sync). What
-the numbers are is `make bench`'s business; here they only have to be there and make sense."""
+Valkey (bench.store_script), the proxy's own calls as the simulation sends them, and a short run
+of the fleet simulation (bench.store_sync). What the numbers are is `make bench`'s business;
+here they only have to be there and make sense."""
 
 from __future__ import annotations
 

@@ -142,6 +142,33 @@ def test_a_retried_sync_never_counts_twice() -> None:
     assert a.rate(KEY).others == {0: 5_000}
 
 
+def test_the_sample_before_is_read_only_while_the_others_may_still_write_it() -> None:
+    # Each replica writes its last bytes of a sample at its first sync after the boundary, so a
+    # known key reads the sample before only in the first settle_ms of the current one (the
+    # store's work for a read halves); a new key reads every retained sample.
+    quotas = SharedQuotas(CONFIG)
+    quotas.rate(KEY).record(100, 5_050)
+    assert quotas.collect(5_100, settle_ms=300)[0].reads[KEY] == list(range(5 - 11, 6))  # new: all
+    quotas.applied(quotas.collect(5_100, settle_ms=300)[0], {KEY: {5: 100}}, False, 5_100)
+    assert quotas.collect(5_250, settle_ms=300)[0].reads[KEY] == [4, 5]
+    assert quotas.collect(5_300, settle_ms=300)[0].reads[KEY] == [5]
+    assert quotas.collect(5_999, settle_ms=300)[0].reads[KEY] == [5]
+    assert quotas.collect(6_000, settle_ms=300)[0].reads[KEY] == [5, 6]
+    assert quotas.collect(5_999)[0].reads[KEY] == [4, 5]  # no settle_ms: always both
+    # What was read of the sample before stays in the others' counts when it is no longer read.
+    other = SharedQuotas(CONFIG)
+    sums = Sums()
+    other.rate(KEY).record(700, 5_900)
+    sums.sync(other, "b", 5_950)
+    for now in (5_950, 6_050, 6_400):
+        batch = quotas.collect(now, settle_ms=300)[0]
+        sums.counts.setdefault((KEY, 5), {})["a"] = 100
+        totals = {key: {s: sum(sums.counts.get((key, s), {}).values()) for s in wanted}
+                  for key, wanted in batch.reads.items()}
+        quotas.applied(batch, totals, False, now)
+    assert quotas.rate(KEY).others == {5: 700}
+
+
 def test_after_the_store_loses_everything_each_replica_writes_its_retained_samples_again() -> None:
     sums = Sums()
     a, b = SharedQuotas(CONFIG), SharedQuotas(CONFIG)

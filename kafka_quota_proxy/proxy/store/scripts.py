@@ -38,8 +38,9 @@ redis.call('HSET', KEYS[1], replica, '1')
 redis.call('PEXPIRE', KEYS[1], ttl)
 -- The writes, grouped by sample: their old values in one HMGET and the new ones in one HSET per
 -- sample (in chunks: unpack() takes a few thousand values at most), then one HINCRBY for each
--- value that changed.
+-- value that changed, whose answer is that total (kept in `fresh`, not read again below).
 local by_pos = {}
+local fresh = {}
 local i = 6
 local n_writes = tonumber(ARGV[5])
 for _ = 1, n_writes do
@@ -55,6 +56,8 @@ end
 for pos, group in pairs(by_pos) do
   local ckey, tkey = KEYS[2 * pos], KEYS[2 * pos + 1]
   local touched = false
+  local known = {}
+  fresh[pos] = known
   for first = 1, #group, CHUNK do
     local last = math.min(first + CHUNK - 1, #group)
     local fields = {}
@@ -70,7 +73,7 @@ for pos, group in pairs(by_pos) do
       if value ~= old then
         news[#news + 1] = fields[k - first + 1]
         news[#news + 1] = ARGV[at + 2]
-        redis.call('HINCRBY', tkey, ARGV[at + 1], value - old)
+        known[ARGV[at + 1]] = redis.call('HINCRBY', tkey, ARGV[at + 1], value - old)
       end
     end
     if #news > 0 then
@@ -83,8 +86,8 @@ for pos, group in pairs(by_pos) do
     redis.call('PEXPIRE', tkey, ttl)
   end
 end
--- The reads, grouped by sample the same way: one HMGET per sample (and chunk), answered in the
--- order asked.
+-- The reads, grouped by sample the same way: one HMGET per sample (and chunk) for the totals not
+-- just answered by HINCRBY, answered in the order asked.
 local out = {lost}
 local n_reads = tonumber(ARGV[i])
 i = i + 1
@@ -97,14 +100,20 @@ for _ = 1, n_reads do
     local pos = tonumber(ARGV[i])
     i = i + 1
     local slot = #out + 1
-    out[slot] = 0
-    local group = wanted[pos]
-    if group == nil then
-      group = {}
-      wanted[pos] = group
+    local known = fresh[pos]
+    local total = known and known[entity]
+    if total then
+      out[slot] = total
+    else
+      out[slot] = 0
+      local group = wanted[pos]
+      if group == nil then
+        group = {}
+        wanted[pos] = group
+      end
+      group[#group + 1] = slot
+      group[#group + 1] = entity
     end
-    group[#group + 1] = slot
-    group[#group + 1] = entity
   end
 end
 for pos, group in pairs(wanted) do

@@ -165,6 +165,14 @@ class StoreSync:
                 self._watchdog.cancel()
                 self._watchdog = None
 
+    @property
+    def settle_ms(self) -> float:
+        """How long into an aligned sample the one before is still read: three sync intervals,
+        by when every replica that syncs on time has written its last bytes of it. A replica
+        whose syncs failed meanwhile writes its bytes later; the others then miss them (at most
+        what it counted in the intervals it was late) until the sample leaves the window."""
+        return 3.0 * self.settings.sync_interval_ms
+
     def stale_after_ms(self) -> float:
         """How long without a successful sync degrades the replica: two sync intervals, plus twice
         the longest of the last syncs (a store far away must not make every sync look late)."""
@@ -327,7 +335,7 @@ class StoreSync:
         (redis-py does not pipeline scripts there)."""
         now = self.clock()
         work = [(kind, registry, batch) for kind, registry in self.registries
-                for batch in registry.collect(now)]
+                for batch in registry.collect(now, self.settle_ms)]
         if not work:
             return
         script = self._script("sync", scripts.SYNC_BUCKET)
