@@ -57,8 +57,8 @@ class Degraded:
 
 
 SLOTS = ("key", "clock", "_aligned_window", "_keep", "own", "pushed", "others", "_others_sum",
-         "_cur_sample", "_cur_value", "degraded", "seen_ms", "home", "listed", "since_read", "ratio",
-         "part", "part_ms", "part_since")
+         "_cur_sample", "_cur_value", "_cur_from", "_cur_until", "degraded", "seen_ms", "home",
+         "listed", "since_read", "ratio", "part", "part_ms", "part_since")
 
 
 PART_HORIZON_MS = 20_000.0  # how long a replica's part of the fleet's bytes is averaged over
@@ -78,6 +78,11 @@ class AlignedCounts:
     _others_sum: int
     _cur_sample: int  # the open aligned sample, summed in `_cur_value` first
     _cur_value: float
+    # The open sample's bounds in `now_ms` terms, at the clock offset it was opened under: the
+    # request path compares `now_ms` with them instead of working out the sample each time.
+    # `SharedQuotas.clock_moved` voids them when the sync moves the offset.
+    _cur_from: float
+    _cur_until: float
     degraded: Degraded | None
     seen_ms: float  # the last `now_ms` recorded at
     home: SharedQuotas  # the registry the sync reads
@@ -110,6 +115,7 @@ class AlignedCounts:
         self._others_sum = 0
         self._cur_sample = -1
         self._cur_value = 0.0
+        self._cur_from = self._cur_until = -math.inf
         self.degraded = None
         self.seen_ms = -math.inf
         self.since_read = 0.0
@@ -118,14 +124,21 @@ class AlignedCounts:
         self.part_ms = self.part_since = -math.inf
 
     def _count(self, value: float, now_ms: float) -> None:
-        sample = self.clock.sample(now_ms, self._aligned_window)
-        if sample != self._cur_sample:
-            self._enter_sample(sample)
+        if not self._cur_from <= now_ms < self._cur_until:
+            self._enter_sample(now_ms)
         self._cur_value += value
         self.seen_ms = now_ms
 
-    def _enter_sample(self, sample: int) -> None:
-        """The count moves on to another aligned sample (about once a window)."""
+    def _enter_sample(self, now_ms: float) -> None:
+        """`now_ms` is outside the open sample's bounds (about once a window): the count moves on
+        to the aligned sample it falls in (the same one if only the bounds were voided)."""
+        w = self._aligned_window
+        offset = self.clock.offset_ms
+        sample = int((now_ms + offset) // w)
+        self._cur_from = sample * w - offset
+        self._cur_until = self._cur_from + w
+        if sample == self._cur_sample:
+            return
         self._flush_current()
         self._cur_sample = sample
         if not self.listed:
@@ -216,10 +229,9 @@ class SharedRate(AlignedCounts, Rate):
 
     def record(self, value: float, now_ms: float) -> None:
         Rate.record(self, value, now_ms)
-        # AlignedCounts._count, inlined (with StoreClock.sample): this runs on every charged request.
-        sample = int((now_ms + self.clock.offset_ms) // self._aligned_window)
-        if sample != self._cur_sample:
-            self._enter_sample(sample)
+        # AlignedCounts._count, inlined: this runs on every charged request.
+        if not self._cur_from <= now_ms < self._cur_until:
+            self._enter_sample(now_ms)
         self._cur_value += value
         self.since_read += value
         self.seen_ms = now_ms
@@ -390,6 +402,12 @@ class SharedQuotas:
         stat.since_read = 0.0
         if self.degraded_since is not None:
             stat.degraded = self._share_for(0.0)
+
+    def clock_moved(self) -> None:
+        """The sync moved `clock.offset_ms`: every open sample's bounds are worked out again at
+        its next count."""
+        for stat in self._stats.values():
+            stat._cur_from = stat._cur_until = -math.inf
 
     def relist(self, stat: Shared) -> None:
         """A stat let go for being idle is recording again: sync it again (its old samples are

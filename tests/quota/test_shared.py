@@ -391,3 +391,18 @@ def test_a_degraded_share_is_the_replicas_part_over_the_last_reads_not_one_windo
     shares = [stat.degraded.share for stat in stats if stat.degraded is not None]
     assert len(shares) == 3 and sum(shares) < 1.06
     assert all(abs(s - 1 / 3) < 0.04 for s in shares)
+
+
+def test_when_the_sync_moves_the_clock_counts_land_in_the_sample_of_the_new_offset() -> None:
+    # The request path keeps the open sample's bounds in now_ms terms; the offset they were
+    # worked out under moves when the sync reads the store's clock, and so must they.
+    quotas = SharedQuotas(CONFIG, clock=StoreClock(offset_ms=0.0))
+    rate = quotas.rate(KEY)
+    rate.record(100, 5_500)  # sample 5
+    quotas.clock.offset_ms = 700.0  # 5_600 is now 6_300 in the store's time
+    quotas.clock_moved()
+    rate.record(10, 5_600)
+    rate.record(1, 5_650)
+    assert rate.unsynced(0) == {5: 100, 6: 11}
+    rate.record(1000, 6_300)  # 7_000: sample 7
+    assert rate.unsynced(0) == {5: 100, 6: 11, 7: 1000}

@@ -127,6 +127,8 @@ class StoreSync:
         # Until the store's clock is read, this host's: counts made before the first sync then
         # land in (about) the right aligned samples rather than in samples from the epoch.
         shared.clock.offset_ms = time.time_ns() / 1_000_000 - clock()
+        for _, registry in self.registries:
+            registry.clock_moved()
 
     @property
     def client(self) -> Any:
@@ -270,6 +272,8 @@ class StoreSync:
         if not self._clock_set or abs(offset - self.shared.clock.offset_ms) > 20:
             self.shared.clock.offset_ms = offset
             self._clock_set = True
+            for _, registry in self.registries:
+                registry.clock_moved()
 
     async def _sync_config(self, config: SharedConfig) -> None:
         """Write this replica's API changes, then adopt the store's quotas if they changed.
