@@ -32,6 +32,9 @@ from kafka_quota_proxy.quota.shared import SharedIds, SharedQuotas, SyncBatch, b
 log = logging.getLogger("kafka_quota_proxy.store")
 
 
+CONFIRM_S = 0.02  # how long the watchdog waits to look again before it degrades the replica
+
+
 def monotonic_ms() -> float:
     return time.monotonic_ns() / 1_000_000
 
@@ -62,6 +65,12 @@ class SharedConfig(Protocol):
     def all_fields(self) -> list[tuple[str, str]]: ...
 
     def adopt_shared(self, fields: dict[str, str]) -> list[str]: ...
+
+
+def _no_script_error() -> type[Exception]:
+    from redis.exceptions import NoScriptError
+
+    return NoScriptError
 
 
 def connect(settings: StoreSettings) -> Any:
@@ -119,6 +128,7 @@ class StoreSync:
         self._scripts: dict[str, Any] = {}
         self._failures = 0
         self._watchdog: asyncio.TimerHandle | None = None
+        self._confirming = False  # the watchdog found the sync late once and looks again
         self._recent_ms: deque[float] = deque(maxlen=20)  # the last successful syncs' durations
         self._wrote: set[tuple[str, int]] = set()  # buckets written to (the store had them then)
         self._clock_set = False
@@ -160,6 +170,7 @@ class StoreSync:
                     # first connection may take longer than a sync does).
                     if self._watchdog is not None:
                         self._watchdog.cancel()
+                    self._confirming = False
                     self._watchdog = loop.call_later(self.stale_after_ms() / 1000, self._check_stale)
                 await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
         finally:
@@ -177,10 +188,12 @@ class StoreSync:
 
     def stale_after_ms(self) -> float:
         """How long without a successful sync degrades the replica: two sync intervals, plus twice
-        the longest of the last syncs (a store far away must not make every sync look late)."""
+        the longest of the last syncs but at least one more interval (a store far away must not
+        make every sync look late, nor a loaded machine a near one)."""
         # Until a second sync, the first one's (which also connected: longer, so on the safe side).
         usual = max(self._recent_ms) if self._recent_ms else self.stats.last_duration_ms
-        return 2 * self.settings.sync_interval_ms + 2 * usual
+        interval = self.settings.sync_interval_ms
+        return 2 * interval + max(2 * usual, interval)
 
     def _check_stale(self) -> None:
         """The watchdog `run_forever` arms after each successful sync: it fires while a sync that
@@ -190,8 +203,14 @@ class StoreSync:
         if last is None:
             return
         wait_ms = self.stale_after_ms() - (now - last)
+        loop = asyncio.get_running_loop()
         if wait_ms > 0:  # a clock other than the loop's (tests): look again when it is due
-            self._watchdog = asyncio.get_running_loop().call_later(wait_ms / 1000, self._check_stale)
+            self._watchdog = loop.call_later(wait_ms / 1000, self._check_stale)
+        elif not self._confirming:
+            # Once more a few loop turns later: when the loop itself was held up (a busy proxy),
+            # the answer may be in and its sync not yet resumed, and this timer ran first.
+            self._confirming = True
+            self._watchdog = loop.call_later(CONFIRM_S, self._check_stale)
         elif not self.stats.degraded:
             self._degrade(now, f"had no answer for {now - last:.0f} ms")
 
@@ -200,14 +219,25 @@ class StoreSync:
         started = self.clock()
         try:
             async with asyncio.timeout(self.settings.timeout_ms / 1000):
-                await self._heartbeat()
-                if self.config is not None:
-                    await self._sync_config(self.config)
+                # One round trip when there is nothing else to do: the heartbeat, the quotas'
+                # version and every bucket's call go together (sync_all). API changes to write
+                # and producer ids to ask about take one more each, first.
+                config = self.config
+                if config is not None:
+                    changes = config.take_unshared()
+                    if changes:
+                        await self._sync_config(config, changes)
+                        config = None  # read back there
                 if self.ids is not None and self.ids.pending:
                     # First: the ids another replica counted first are taken back here, and the
                     # counts written below are then already without them.
                     await self._sync_ids(self.ids)
-                await self._sync_buckets()
+                version = await self._sync_all(config is not None)
+                if config is not None:
+                    if version is None:  # the store has no quotas (new, or it lost them)
+                        await self._sync_config(config, [])
+                    else:
+                        await self._adopt_config(config, version)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - any store failure degrades, never crashes
@@ -259,12 +289,14 @@ class StoreSync:
                     self.shared.live_replicas, self.settings.degraded_grace_seconds,
                     self.settings.on_failure)
 
-    async def _heartbeat(self) -> None:
-        sent = self.clock()
+    def _heartbeat_call(self) -> tuple[list[str], list[Any]]:
         gone_after_ms = max(3 * self.settings.sync_interval_ms, 3000)
-        server_ms, live = await self._script("heartbeat", scripts.HEARTBEAT)(
-            keys=[scripts.heartbeat_key(self.settings.key_prefix)], args=[self.replica, gone_after_ms])
-        received = self.clock()
+        return [scripts.heartbeat_key(self.settings.key_prefix)], [self.replica, gone_after_ms]
+
+    def _apply_heartbeat(self, answer: Any, sent: float, received: float) -> None:
+        if isinstance(answer, Exception):
+            raise answer
+        server_ms, live = answer
         for _, registry in self.registries:
             registry.live_replicas = max(1, int(live))
         # The store's clock decides the aligned samples; moved only when it drifts by 20 ms.
@@ -275,28 +307,33 @@ class StoreSync:
             for _, registry in self.registries:
                 registry.clock_moved()
 
-    async def _sync_config(self, config: SharedConfig) -> None:
-        """Write this replica's API changes, then adopt the store's quotas if they changed.
-        A store that has none yet (new, or it lost its data) is given this replica's."""
+    async def _sync_config(self, config: SharedConfig, changes: list[tuple[str, str]]) -> None:
+        """Write this replica's API changes (`changes`, taken from `config`), then adopt the
+        store's quotas if they changed. A store that has none yet (new, or it lost its data) is
+        given this replica's."""
         hash_key, version_key = scripts.quota_keys(self.settings.key_prefix)
         client = self.client
-        changes = config.take_unshared()
-        raw = await client.get(version_key)
-        if raw is None:
-            # The store has no quotas: it is new, or it lost them since we last read them.
-            changes = config.all_fields() + changes
-        if changes:
-            try:
-                await self._script("quotas", scripts.SET_QUOTAS)(
-                    keys=[hash_key, version_key], args=[x for pair in changes for x in pair])
-            except BaseException:
-                config.give_back(changes)
-                raise
+        try:
             raw = await client.get(version_key)
-        version = int(raw) if raw is not None else 0
+            writes = changes
+            if raw is None:
+                # The store has no quotas: it is new, or it lost them since we last read them.
+                writes = config.all_fields() + changes
+            if writes:
+                await self._script("quotas", scripts.SET_QUOTAS)(
+                    keys=[hash_key, version_key], args=[x for pair in writes for x in pair])
+                raw = await client.get(version_key)
+        except BaseException:
+            config.give_back(changes)  # written by the next sync (a write is idempotent)
+            raise
+        await self._adopt_config(config, int(raw) if raw is not None else 0)
+
+    async def _adopt_config(self, config: SharedConfig, version: int) -> None:
+        """The store's quotas are at `version`: read and adopt them if this replica has not."""
         if version == self._config_version:
             return
-        fields = {_text(k): _text(v) for k, v in (await client.hgetall(hash_key)).items()}
+        hash_key, _ = scripts.quota_keys(self.settings.key_prefix)
+        fields = {_text(k): _text(v) for k, v in (await self.client.hgetall(hash_key)).items()}
         skipped = config.adopt_shared(fields)
         if skipped:
             log.warning("quota store: %d quota field(s) not understood, ignored (first: %r)",
@@ -333,26 +370,55 @@ class StoreSync:
                 seen_elsewhere.discard((user, window, pid))
                 counter.unrecord(user, None, 1, now)
 
-    async def _sync_buckets(self) -> None:
-        """Every bucket with work, of every registry: on a standalone server one pipeline (one
-        connection, one round trip); on a Cluster, calls side by side, each to its bucket's node
-        (redis-py does not pipeline scripts there)."""
+    async def _sync_all(self, version: bool) -> int | None:
+        """The heartbeat, the quotas' version (if `version`; returned, None if the store has
+        none) and every bucket with work, of every registry, in one round trip: on a standalone
+        server one pipeline (one connection); on a Cluster, calls side by side, each to its
+        key's node (redis-py does not pipeline scripts there). The buckets are collected with
+        the clock offset and replica count of the heartbeat before (they move slowly)."""
         now = self.clock()
         work = [(kind, registry, batch) for kind, registry in self.registries
                 for batch in registry.collect(now, self.settle_ms)]
-        if not work:
-            return
+        beat = self._script("heartbeat", scripts.HEARTBEAT)
+        beat_keys, beat_args = self._heartbeat_call()
         script = self._script("sync", scripts.SYNC_BUCKET)
         calls = [self._bucket_call(kind, registry, batch) for kind, registry, batch in work]
+        _, version_key = scripts.quota_keys(self.settings.key_prefix)
+        sent = self.clock()
         if self.settings.cluster:
-            outs = await asyncio.gather(*(script(keys=keys, args=args) for keys, args, _ in calls))
+            asked = [beat(keys=beat_keys, args=beat_args)]
+            if version:
+                asked.append(self.client.get(version_key))
+            asked += [script(keys=keys, args=args) for keys, args, _ in calls]
+            outs = await asyncio.gather(*asked)
         else:
-            async with self.client.pipeline(transaction=False) as pipe:  # reset if cancelled
-                for keys, args, _ in calls:
-                    await script(keys=keys, args=args, client=pipe)
-                outs = await pipe.execute()
-        for (kind, registry, batch), (_, _, reads), out in zip(work, calls, outs, strict=True):
+            # EVALSHA straight into the pipeline: redis-py's own way with scripts first asks the
+            # server whether it has them (SCRIPT EXISTS), a round trip more on every sync. A
+            # server without them (restarted) answers NoScriptError: loaded, then sent again
+            # (absolute writes: sending them twice changes nothing).
+            for attempt in (1, 2):
+                async with self.client.pipeline(transaction=False) as pipe:  # reset if cancelled
+                    pipe.evalsha(beat.sha, len(beat_keys), *beat_keys, *beat_args)
+                    if version:
+                        pipe.get(version_key)
+                    for keys, args, _ in calls:
+                        pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    outs = await pipe.execute(raise_on_error=False)
+                missing = _no_script_error()
+                if attempt == 2 or not any(isinstance(o, missing) for o in outs):
+                    break
+                for loaded in (beat, script):
+                    await self.client.script_load(loaded.script)
+        self._apply_heartbeat(outs[0], sent, self.clock())
+        raw = None
+        if version:
+            raw = outs[1]
+            if isinstance(raw, Exception):
+                raise raw
+        first = 2 if version else 1
+        for (kind, registry, batch), (_, _, reads), out in zip(work, calls, outs[first:], strict=True):
             self._apply_bucket(kind, registry, batch, reads, out)
+        return int(raw) if raw is not None else None
 
     def _bucket_call(self, kind: str, registry: SharedQuotas,
                      batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
