@@ -1,16 +1,17 @@
 """The background task that shares this replica's quota measurements through Valkey/Redis.
 
 Every `sync_interval_ms` it writes what this replica recorded since the last sync and reads what
-all replicas recorded, one script call per bucket of entities (scripts.py), plus one heartbeat.
-The request path never waits for it: it only reads the numbers the last sync left.
+all replicas recorded, one script call per bucket of entities (scripts.py), plus one heartbeat,
+in one round trip. The request path never waits for it: it only reads the numbers the last sync
+left.
 
 When the store fails (an error, or no answer within `timeout_ms`) twice in a row, or no sync has
-succeeded for two sync intervals and twice the usual sync's duration (a stopped or partitioned
-store answers nothing, and waiting for two `timeout_ms` left the replicas on stale counts for a
-second), the replica is degraded: it enforces its share of each quota (quota/shared.py), logs one
-line and sets the `store_degraded` gauge. After `degraded_grace_seconds` the `on_failure` policy
-applies. The first sync that succeeds again ends it; writes are absolute, so nothing is counted
-twice.
+succeeded for two sync intervals plus twice the usual sync's duration, at least three intervals
+(a stopped or partitioned store answers nothing, and waiting for two `timeout_ms` left the
+replicas on stale counts for a second), the replica is degraded: it enforces its share of each
+quota (quota/shared.py), logs one line and sets the `store_degraded` gauge. After
+`degraded_grace_seconds` the `on_failure` policy applies. The first sync that succeeds again
+ends it; writes are absolute, so nothing is counted twice.
 """
 
 from __future__ import annotations
