@@ -54,12 +54,14 @@ def simulate(replicas: int, shape: str, seconds: float = 60.0, warm_up: float = 
     now = [0]  # the engines' clock, whole ms as the proxy's
     quota_key = QuotaKey.PRODUCER_BYTE_RATE if kind == "produce" else QuotaKey.CONSUMER_BYTE_RATE
     quotas = {QuotaEntity(client_id="t"): {quota_key: float(QUOTA)}}
-    engines = []
-    for _ in range(replicas):
+    engines: list[QuotaEngine] = []
+    for index in range(replicas):
         engine = QuotaEngine(QuotaSettings(scope="cluster"), QuotaStore(quotas),
                              clock=lambda: now[0], shared_buckets=1)
         assert engine.shared is not None
         engine.shared.live_replicas = replicas
+        engine.shared.read_every_ms = sync_ms
+        engine.shared.rng = random.Random(seed * 1000 + index)  # decisions by chance, reproducible
         engines.append(engine)
     store: dict[str, dict[int, dict[int, int]]] = {}  # key -> sample -> replica -> absolute
     events: list[tuple[float, int, int]] = []

@@ -133,11 +133,11 @@ class ClientQuotaManager(_ResolvedQuota):
             return 0
         if self.key is QuotaKey.CONSUMER_BYTE_RATE:
             # A fetch over quota delivers nothing and is taken back: all or nothing. With the
-            # quota shared, its own part of the others' predicted bytes is predicted on its own
-            # terms (SharedRate.fetch_correction), both for the decision and for the throttle.
-            measured += rate.fetch_correction(now_ms, value)
-            if measured <= bound:
-                return 0
+            # quota shared, one over it only on the others' predicted bytes is decided by its
+            # part of the headroom (SharedRate.judge_fetch).
+            measured, decided = rate.judge_fetch(now_ms, value, measured, bound)
+            if decided is not None:
+                return decided
         return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
 
     def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: float) -> None:

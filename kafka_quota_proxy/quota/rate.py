@@ -181,10 +181,12 @@ class Rate:
         return (self._exact and now_ms < self._purge_due and oldest is not None and now_ms >= oldest
                 and self._total <= bound * self._min_window_s)
 
-    def fetch_correction(self, now_ms: float, size: float) -> float:
-        """What `measure` overstates for a fetch of `size` just recorded: nothing in Kafka's Rate
-        (a rate shared with other replicas predicts their bytes from it, `SharedRate`)."""
-        return 0.0
+    def judge_fetch(self, now_ms: float, size: float, measured: float,
+                    bound: float) -> tuple[float, int | None]:
+        """A fetch of `size` just recorded measured `measured`, over `bound`: Kafka's rule
+        refuses it and throttles by that rate, (measured, None). A rate shared with other replicas
+        may decide otherwise (`SharedRate.judge_fetch`)."""
+        return measured, None
 
     def measure(self, now_ms: float) -> float:
         """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""

@@ -7,6 +7,8 @@ what the real script does on a real Valkey is tested in tests/integration/test_s
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +20,7 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
 from kafka_quota_proxy.quota.shared import (
     ScopedShared,
+    SharedFetchRate,
     SharedQuotas,
     SharedRate,
     StoreClock,
@@ -315,55 +318,139 @@ def test_replicas_coming_back_to_an_idle_window_take_each_other_to_send_as_they_
 MIB = 1024 * 1024
 
 
-def _consumer_fleet(other_bps: float) -> tuple[ClientQuotaManager, SharedQuotas]:
-    """Replica 0 of 10 with a fetch manager under a 1 MiB/s consumer quota, its client idle;
-    replica 1's client has fetched `other_bps` for 12 s; both read at 12,000."""
-    config = CONFIG
-    fleet = [SharedQuotas(config, clock=StoreClock()) for _ in range(2)]
+class Draws:
+    """A stand-in for the registry's random draws: the values given, in turn."""
+
+    def __init__(self, *values: float) -> None:
+        self.values = list(values)
+
+    def random(self) -> float:
+        return self.values.pop(0)
+
+
+def _consumer_fleet(bps: list[float], live: int = 10,
+                    seconds: int = 12) -> tuple[list[ClientQuotaManager], list[SharedQuotas], Sums]:
+    """One fetch manager per replica under one 1 MiB/s consumer quota, each replica's client
+    fetching at `bps` (0: connected, idle) for `seconds`, synced every 100 ms through the
+    `Sums` returned."""
+    fleet = [SharedQuotas(CONFIG, clock=StoreClock()) for _ in bps]
     quotas = QuotaStore({QuotaEntity(client_id="t"): {QuotaKey.CONSUMER_BYTE_RATE: MIB}})
-    managers = [ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, quotas, config, LocalSensors(config),
+    managers = [ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, quotas, CONFIG, LocalSensors(CONFIG),
                                    ScopedShared(q, "fetch", "cluster"))
                 for q in fleet]
     for q in fleet:
-        q.live_replicas = 10
-    managers[0].record_no_throttle("", "t", 0, 0.0)  # its client connected, idle since
+        q.live_replicas = live
+    for m in managers:
+        m.record_no_throttle("", "t", 0, 0.0)
     sums = Sums()
-    for now in range(100, 12_001, 100):
-        managers[1].record_no_throttle("", "t", other_bps / 10, float(now))
+    for now in range(100, seconds * 1000 + 1, 100):
+        for m, rate in zip(managers, bps, strict=True):
+            if rate:
+                m.record_no_throttle("", "t", rate / 10, float(now))
         for i, q in enumerate(fleet):
             sums.sync(q, f"r{i}", float(now))
-    return managers[0], fleet[0]
+    return managers, fleet, sums
 
 
-def test_a_fetch_is_not_taken_for_ratio_times_its_size_of_the_others_bytes() -> None:
-    # Replica 0 sent nothing lately, so it takes each of the 9 other live replicas to send as much
-    # as it will. Its client's first fetch of 1 MiB: counting 9 MiB more for the others refused
-    # it, and every one after, while the fleet ran at half the quota (10 replicas, shifting
-    # traffic: 87% under the quota). Its own part is the others' recent bytes, at least its size.
-    fetch, shared = _consumer_fleet(MIB / 2)
-    stat = next(iter(shared._stats.values()))
-    assert isinstance(stat, SharedRate) and stat.ratio == 9.0
-    assert fetch.record_and_get_throttle_ms("", "t", MIB, 12_010.0) == 0
-    theirs, span_s = stat._others_in_window(12_010.0)
-    assert theirs == pytest.approx(MIB / 2 * 11, rel=0.01) and span_s == pytest.approx(11.01)
-    # Recorded as produced, the same 1 MiB is predicted in full: 9 MiB more of the others'.
-    assert stat.others_rate(12_010.0) == pytest.approx((theirs + 9 * MIB) / span_s)
-    # A second fetch before the next read is decided with the first one's 9 MiB predicted and its
-    # own part (the others' bytes in the last two samples, here 0.5 MiB, but at least its size):
-    # refused, and throttled for those.
-    throttle = fetch.record_and_get_throttle_ms("", "t", MIB, 12_020.0)
-    theirs, span_s = stat._others_in_window(12_020.0)
-    own_part = max(stat.others.get(11, 0) + stat.others.get(12, 0), MIB)
-    counted = Rate.measure(stat, 12_020.0) + theirs / span_s  # both fetches, and the others'
-    assert throttle == rate_throttle_time_ms(stat, counted + (9 * MIB + own_part) / span_s, MIB, 12_020.0)
-    assert 0 < throttle < rate_throttle_time_ms(stat, counted + 18 * MIB / span_s, MIB, 12_020.0)
-    fetch.unrecord("", "t", MIB, 12_020.0)  # as the proxy does: the refused fetch delivered nothing
-    assert stat.since_read == MIB
+def _fetch_rate(quotas: SharedQuotas) -> SharedFetchRate:
+    (rate,) = [s for s in quotas._stats.values() if isinstance(s, SharedFetchRate)]
+    return rate
+
+
+def test_a_consumer_quota_splits_the_headroom_by_the_replicas_fetching_not_by_their_bytes() -> None:
+    # Replica 0's client was the one served; the clients of replicas 1 and 2 fetched too but were
+    # refused, so the bytes show them as wanting nothing. By the bytes replica 0 took the whole
+    # headroom while the others took their parts (3 replicas: 11 s windows of 2.1x).
+    managers, fleet, sums = _consumer_fleet([MIB / 2, 0, 0], live=3)
+    now = 12_000.0
+    for m in managers[1:]:  # refused: recorded, then taken back, as the proxy does
+        m.record_no_throttle("", "t", MIB, now)
+        m.unrecord("", "t", MIB, now)
+    for later in (now + 100, now + 200):  # replica 0 syncs first: it sees them the next time
+        for i, q in enumerate(fleet):
+            sums.sync(q, f"r{i}", later)
+    rate = _fetch_rate(fleet[0])
+    mine, total = rate.window_bytes(now + 200)
+    assert mine == total > 0  # by the bytes, replica 0 is alone
+    assert rate.ratio == 2.0  # by the fetching, it is one of three
+    # An idle replica is not counted, and the count is capped at N_live - 1.
+    assert _fetch_rate(_consumer_fleet([MIB / 2, 0, 0], live=3)[1][0]).ratio == 0.0
+    _, capped, _ = _consumer_fleet([MIB / 4] * 4, live=3)
+    assert _fetch_rate(capped[0]).ratio == 2.0
+
+
+def test_a_fetch_over_the_quota_only_by_the_predicted_bytes_gets_its_part_of_the_headroom_by_chance() -> None:
+    # Two replicas' clients fetched 0.25 MiB/s each for 12 s: the window holds about half the
+    # quota, and each replica's part of the headroom until the next read is a half.
+    managers, fleet, _ = _consumer_fleet([MIB / 4, MIB / 4], live=2)
+    fetch, quotas = managers[0], fleet[0]
+    rate = _fetch_rate(quotas)
+    assert rate.ratio == 1.0
+    now = 12_040.0  # the last read was at 12,000
+    theirs, span_s = rate._others_in_window(now)
+    own_before = Rate.measure(rate, now)
+    size = 4 * MIB
+    headroom = (MIB - own_before - theirs / span_s) * span_s - size  # after this fetch
+    chance = 1 + (headroom - size) / (2 * size)  # its part of the headroom (a half) / its size
+    assert 0.3 < chance < 0.9
+    assert chance == pytest.approx((MIB - own_before - theirs / span_s) * span_s / 2 / size, rel=1e-9)
+    quotas.rng = Draws(chance - 0.01)  # type: ignore[assignment]
+    assert fetch.record_and_get_throttle_ms("", "t", size, now) == 0
+    fetch.unrecord("", "t", size, now)
+    # Refused by the draw: it waits for the next read (due at 12,100), not for a throttle worked
+    # out from bytes that were only predicted.
+    quotas.rng = Draws(chance + 0.01)  # type: ignore[assignment]
+    assert fetch.record_and_get_throttle_ms("", "t", size, now) == 60
+    fetch.unrecord("", "t", size, now)
+    # One that fits in its part whole is delivered without a draw.
+    quotas.rng = Draws()  # type: ignore[assignment]
+    assert fetch.record_and_get_throttle_ms("", "t", MIB / 2, now) == 0
+
+
+def test_on_average_the_replicas_take_the_headroom_once_not_once_each() -> None:
+    # Ten replicas' clients fetch 1 MiB each at once, right after a read that left a few MiB of
+    # headroom: each delivers with the chance of its tenth of it, so on average they take it
+    # about once between them, not ten times (10 MiB).
+    delivered = []
+    headroom = 0.0
+    for seed in range(40):
+        managers, fleet, _ = _consumer_fleet([MIB * 0.078] * 10, live=10, seconds=12)
+        if seed == 0:
+            rate = _fetch_rate(fleet[0])
+            theirs, span_s = rate._others_in_window(12_010.0)
+            headroom = (MIB - Rate.measure(rate, 12_010.0) - theirs / span_s) * span_s
+            assert 2 * MIB < headroom < 4 * MIB
+        taken = 0
+        for i, (m, q) in enumerate(zip(managers, fleet, strict=True)):
+            q.rng = random.Random(seed * 100 + i)
+            if m.record_and_get_throttle_ms("", "t", MIB, 12_010.0) == 0:
+                taken += MIB
+            else:
+                m.unrecord("", "t", MIB, 12_010.0)
+        delivered.append(taken)
+    assert 0.7 * headroom < sum(delivered) / len(delivered) < 1.3 * headroom
+    assert max(delivered) <= 7 * MIB
 
 
 def test_a_fetch_over_the_quota_by_the_counted_bytes_alone_is_refused_as_on_kafka() -> None:
-    fetch, shared = _consumer_fleet(MIB)  # the other replica alone used the whole quota
-    assert fetch.record_and_get_throttle_ms("", "t", 64 * 1024, 12_010.0) > 0
+    managers, fleet, _ = _consumer_fleet([0, MIB], live=2)  # the other replica used the whole quota
+    fetch, rate = managers[0], _fetch_rate(fleet[0])
+    now = 12_010.0
+    throttle = fetch.record_and_get_throttle_ms("", "t", 64 * 1024, now)
+    theirs, span_s = rate._others_in_window(now)
+    known = Rate.measure(rate, now) + theirs / span_s  # no predicted bytes in the throttle
+    assert throttle == rate_throttle_time_ms(rate, known, MIB, now) > 0
+
+
+def test_a_refused_fetch_waits_for_the_next_read() -> None:
+    quotas = SharedQuotas(CONFIG)
+    quotas.read_every_ms = 100.0
+    assert quotas.until_next_read_ms(5_000.0) == 100  # never read: a whole interval
+    quotas.read_ms = 5_000.0
+    assert quotas.until_next_read_ms(5_000.0) == 100
+    assert quotas.until_next_read_ms(5_030.5) == 70
+    assert quotas.until_next_read_ms(5_099.5) == 100  # due within the ms: the next one
+    assert quotas.until_next_read_ms(5_250.0) == 100  # late: another interval, not a retry at once
 
 
 def test_a_degraded_share_is_the_replicas_part_over_the_last_reads_not_one_windows_swing() -> None:

@@ -119,6 +119,8 @@ class StoreSync:
         self.registries: list[tuple[str, SharedQuotas]] = [("b", shared)]
         if id_rates is not None:
             self.registries.append(("p", id_rates))
+        for _, registry in self.registries:
+            registry.read_every_ms = float(settings.sync_interval_ms)
         self.ids = ids
         self.config = config
         self._config_version: int | None = None  # the store's quotas version last adopted
