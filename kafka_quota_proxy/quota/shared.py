@@ -328,10 +328,12 @@ class SharedFetchRate(SharedRate):
         SharedRate.__init__(self, config, key, home)
         self.peers = home.presence(peers_key, self)
 
-    def record(self, value: float, now_ms: float) -> None:
-        SharedRate.record(self, value, now_ms)
+    def _enter_sample(self, now_ms: float) -> None:
+        """The first bytes of an aligned sample (a fetch's): this replica fetched in it. Marked
+        here, about once a window, not on every record: `record` stays `SharedRate`'s."""
+        AlignedCounts._enter_sample(self, now_ms)
         peers = self.peers
-        if value > 0 and not peers._cur_from <= now_ms < peers._cur_until:
+        if not peers._cur_from <= now_ms < peers._cur_until:
             peers.mark(now_ms)
 
     def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
