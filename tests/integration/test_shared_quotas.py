@@ -84,32 +84,35 @@ def test_two_replicas_hold_one_consumer_quota_together(broker: Broker, broker_no
                                                        valkey: ValkeyServer, topic_name: str) -> None:
     # Each replica's consumer reads the partition from its start on its own; without the store the
     # two would get about twice the quota. What the quota counts is each replica's Fetch response
-    # bytes. Kafka's formula itself holds one consumer 8-21% under its quota (docs/cluster-quotas.md),
-    # hence the wide lower bound; with 3 samples, as the other tests here, it is held further under.
+    # bytes, here over the whole run: Kafka allows a window's worth at once and then the quota, at
+    # most Q x (run + window). A fetch is all or nothing, so the fleet takes its headroom in bursts
+    # about a window apart, and 20 s of steady state held one burst or two (0.48 MiB/s in one CI
+    # run, 0.69-0.76 here). Kafka's formula itself holds one consumer 8-21% under its quota
+    # (docs/cluster-quotas.md), hence the wide lower bound.
     proxies = _replicas(broker, broker_node_id, {"url": valkey.url, "key_prefix": "t4"}, 2,
                         quotas=[{"client-id": "shared-consumer", "consumer_byte_rate": QUOTA}],
                         window_num=11)
     try:
         _topic(proxies[0].bootstrap, topic_name)
-        fill(broker.address, topic_name, int(RUN + 10))
-        start = time.monotonic() + 0.5
-        readers = [Timeline() for _ in proxies]
-        threads = [in_thread(consume, p.bootstrap, topic_name, "shared-consumer", start, RUN, tl)
-                   for p, tl in zip(proxies, readers, strict=True)]
+        fill(broker.address, topic_name, int(RUN + 10), batch_bytes=64 * 1024)
 
         def fetched() -> float:
             return sum(p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch") for p in proxies)
 
-        time.sleep(max(0.0, start + WARM_UP - time.monotonic()))
-        at_warm_up = fetched()
-        time.sleep(max(0.0, start + STEADY_END - time.monotonic()))
-        total = (fetched() - at_warm_up) / (STEADY_END - WARM_UP)
+        before = fetched()
+        start = time.monotonic() + 0.5
+        readers = [Timeline() for _ in proxies]
+        threads = [in_thread(consume, p.bootstrap, topic_name, "shared-consumer", start, RUN, tl)
+                   for p, tl in zip(proxies, readers, strict=True)]
         for t in threads:
             t.join(RUN + 90)
-        print(f"fetched {total / MiB:.3f} MiB/s through two replicas; read "
+        total = fetched() - before
+        allowed = QUOTA * (RUN + 11)  # one 11 s window's worth at once, then the quota
+        print(f"fetched {total / MiB:.1f} MiB through two replicas in {RUN:.0f} s, "
+              f"{total / allowed:.2f} of what one consumer may; read "
               f"{[tl.at(RUN) // MiB for tl in readers]} MiB")
         assert all(tl.at(RUN) > 0 for tl in readers)  # neither replica's consumer starved
-        assert 0.6 * QUOTA <= total <= 1.15 * QUOTA
+        assert 0.5 * allowed <= total <= 1.1 * allowed
         for p in proxies:
             assert p.metric("kafka_quota_proxy_store_degraded") == 0
             assert "enforced as this replica's share" not in p.log_text()
