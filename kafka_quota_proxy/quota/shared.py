@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
@@ -401,6 +401,7 @@ class SharedBucket(AlignedCounts, TokenBucket):
 
 
 Shared = SharedRate | SharedBucket | SharedPresence
+S = TypeVar("S", bound=Shared)
 
 
 @dataclass
@@ -450,38 +451,31 @@ class SharedQuotas:
     # -- made by the quota managers' sensor stores --------------------------------------------------
 
     def rate(self, key: str) -> SharedRate:
-        found = self._stats.get(key)
-        if isinstance(found, SharedRate):
-            # A sensor expired and was made again: the old one's samples are still the truth.
-            return found
-        rate = SharedRate(self.config, key, self)
-        self._adopt(key, rate)
-        return rate
+        # A sensor expired and was made again: the old one's samples are still the truth.
+        return self._kept(key, SharedRate, lambda: SharedRate(self.config, key, self))
 
     def fetch_rate(self, key: str, peers_key: str) -> SharedFetchRate:
-        found = self._stats.get(key)
-        if isinstance(found, SharedFetchRate):
-            return found
-        rate = SharedFetchRate(self.config, key, self, peers_key)
-        self._adopt(key, rate)
-        return rate
+        return self._kept(key, SharedFetchRate,
+                          lambda: SharedFetchRate(self.config, key, self, peers_key))
 
     def presence(self, key: str, owner: SharedFetchRate) -> SharedPresence:
-        found = self._stats.get(key)
-        if isinstance(found, SharedPresence):
-            found.owner = owner
-            return found
-        presence = SharedPresence(self.config, key, self, owner)
-        self._adopt(key, presence)
+        presence = self._kept(key, SharedPresence,
+                              lambda: SharedPresence(self.config, key, self, owner))
+        presence.owner = owner
         return presence
 
     def bucket(self, key: str, rate_per_s: float) -> SharedBucket:
+        return self._kept(key, SharedBucket,
+                          lambda: SharedBucket(rate_per_s, self.config, key, self))
+
+    def _kept(self, key: str, kind: type[S], make: Callable[[], S]) -> S:
+        """The stat under `key` if it is a `kind`, else a new one from `make`, adopted."""
         found = self._stats.get(key)
-        if isinstance(found, SharedBucket):
+        if isinstance(found, kind):
             return found
-        b = SharedBucket(rate_per_s, self.config, key, self)
-        self._adopt(key, b)
-        return b
+        stat = make()
+        self._adopt(key, stat)
+        return stat
 
     def _adopt(self, key: str, stat: Shared) -> None:
         self._stats[key] = stat
