@@ -17,7 +17,7 @@ from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 
 SCOPES = ("broker", "proxy", "cluster")
 MODES = ("enforce", "observe", "off")
-ENTITY_KEYS = {"user": "user", "client-id": "client_id", "ip": "ip"}
+ENTITY_KEYS = {"user": "user", "client-id": "client_id", "ip": "ip", "topic": "topic"}
 PRODUCER_ID_ACTIONS = ("throttle", "reject")
 
 

@@ -22,7 +22,8 @@ from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 
 STATE_KEY = "quota_state"
 STATE_VERSION = 1
-_ENTITY_FIELDS = (("user", "user"), ("client-id", "client_id"), ("ip", "ip"))  # file name, field
+# (name in the file, QuotaEntity field)
+_ENTITY_FIELDS = (("user", "user"), ("client-id", "client_id"), ("ip", "ip"), ("topic", "topic"))
 
 
 @dataclass(slots=True)
@@ -106,7 +107,7 @@ def _encode(layer: ApiQuotaLayer) -> dict[str, Any]:
 
 
 def _entity_order(entity: QuotaEntity) -> tuple[tuple[bool, str], ...]:
-    return tuple((name is not None, name or "") for name in (entity.user, entity.client_id, entity.ip))
+    return tuple((name is not None, name or "") for name in entity.names())
 
 
 def _reason(e: OSError) -> str:

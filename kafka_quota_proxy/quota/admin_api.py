@@ -3,7 +3,8 @@
 Pure: both functions take the current quotas as a mapping and return what to answer on the wire
 and, for Alter, the new mapping and the changes. The caller decodes and encodes the messages,
 checks authorization, persists and applies. The rules are Kafka's (KIP-546); the deliberate
-differences and the `producer_ids_rate` extension: docs/differences-from-kafka.md.
+differences, the `producer_ids_rate` extension and the `topic` entity type (topic quotas, which
+Kafka brokers do not know): docs/differences-from-kafka.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
 from kafka_quota_proxy.quota.entities import (
     DEFAULT,
+    ENTITY_TYPES,
     USER_ONLY_KEYS,
     WHOLE_NUMBER_KEYS,
     QuotaEntity,
@@ -26,11 +28,8 @@ from kafka_quota_proxy.quota.entities import (
 # Kafka error codes used by these two APIs.
 NONE = 0
 
-# Entity types on the wire (ClientQuotaEntity.USER / CLIENT_ID / IP).
-USER = "user"
-CLIENT_ID = "client-id"
-IP = "ip"
-ENTITY_TYPES = (USER, CLIENT_ID, IP)
+# Entity types on the wire (ClientQuotaEntity.USER / CLIENT_ID / IP), and the proxy's own TOPIC.
+USER, CLIENT_ID, IP, TOPIC = ENTITY_TYPES
 
 # DescribeClientQuotasRequest match types.
 MATCH_TYPE_EXACT = 0
@@ -140,6 +139,10 @@ def entity_from_wire(components: WireEntity) -> QuotaEntity:
         if ip is not None and not _is_ip_literal(ip):
             raise QuotaRequestError(
                 INVALID_REQUEST, f"{ip} is not a valid IP (the proxy accepts IP address literals only)")
+    if TOPIC in names and len(names) > 1:
+        raise QuotaRequestError(
+            INVALID_REQUEST,
+            "Invalid quota entity combination, topic entity should not be combined with User, ClientId or IP")
 
     def field_value(entity_type: str) -> str | None:
         if entity_type not in names:
@@ -147,13 +150,14 @@ def entity_from_wire(components: WireEntity) -> QuotaEntity:
         name = names[entity_type]
         return DEFAULT if name is None else name
 
-    return QuotaEntity(user=field_value(USER), client_id=field_value(CLIENT_ID), ip=field_value(IP))
+    return QuotaEntity(user=field_value(USER), client_id=field_value(CLIENT_ID), ip=field_value(IP),
+                       topic=field_value(TOPIC))
 
 
 def entity_sort_key(entity: QuotaEntity) -> tuple[tuple[int, str], ...]:
     """A total order on entities: absent, then default, then names, field by field."""
     return tuple((0, "") if name is None else (1, "") if name == DEFAULT else (2, name)
-                 for name in (entity.user, entity.client_id, entity.ip))
+                 for name in entity.names())
 
 
 def _is_ip_literal(name: str) -> bool:
@@ -233,6 +237,11 @@ def _parse_filter(components: Sequence[WireComponent]) -> dict[str, object]:
             INVALID_REQUEST,
             "Invalid entity filter component combination. IP filter component should not be used "
             "with user or clientId filter component.")
+    if TOPIC in filters and len(filters) > 1:
+        raise QuotaRequestError(
+            INVALID_REQUEST,
+            "Invalid entity filter component combination. Topic filter component should not be used "
+            "with user, clientId or IP filter component.")
     return filters
 
 

@@ -1,7 +1,8 @@
 """Quota entities and the configured quotas: the data model every quota piece shares.
 
 An entity is Kafka's: a user and/or a client-id, each either a name or `<default>`, or an ip
-(a name or `<default>`). Quota keys are Kafka's config names.
+(a name or `<default>`). The proxy adds a fourth, alone like ip: a topic (a name or `<default>`),
+for topic quotas (docs/topic-quotas.md). Quota keys are Kafka's config names.
 """
 
 from __future__ import annotations
@@ -37,12 +38,18 @@ IP_KEYS = frozenset({QuotaKey.CONNECTION_CREATION_RATE})
 USER_ONLY_KEYS = frozenset({QuotaKey.PRODUCER_IDS_RATE})
 # Keys Apache Kafka does not know: set and described through the proxy only.
 EXTENSION_KEYS = USER_ONLY_KEYS
+# A topic's write and read budget (the KIP-13 draft's "quota distribution"). The topic entity
+# type is itself an extension: Kafka brokers know no quota on it.
+TOPIC_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE})
+ENTITY_TYPES = ("user", "client-id", "ip", "topic")  # Kafka's words, in the order entities print
 
 
 def keys_for(entity: QuotaEntity) -> frozenset[QuotaKey]:
     """The quota keys this entity may carry."""
     if entity.ip is not None:
         return IP_KEYS
+    if entity.topic is not None:
+        return TOPIC_KEYS
     if entity.client_id is None:
         return CLIENT_KEYS | USER_ONLY_KEYS
     return CLIENT_KEYS
@@ -51,28 +58,33 @@ def keys_for(entity: QuotaEntity) -> frozenset[QuotaKey]:
 @dataclass(frozen=True, slots=True)
 class QuotaEntity:
     """One quota entity. A field is None when that entity type is not part of it; DEFAULT for
-    the `<default>` entity of that type. Either ip alone, or user and/or client_id."""
+    the `<default>` entity of that type. Either ip alone, topic alone, or user and/or
+    client_id."""
 
     user: str | None = None
     client_id: str | None = None
     ip: str | None = None
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         if self.ip is not None and (self.user is not None or self.client_id is not None):
             raise ValueError("an ip entity cannot be combined with user or client-id")
-        if self.ip is None and self.user is None and self.client_id is None:
-            raise ValueError("an entity needs a user, a client-id or an ip")
+        if self.topic is not None and (self.user is not None or self.client_id is not None
+                                       or self.ip is not None):
+            raise ValueError("a topic entity cannot be combined with user, client-id or ip")
+        if self.ip is None and self.user is None and self.client_id is None and self.topic is None:
+            raise ValueError("an entity needs a user, a client-id, an ip or a topic")
+
+    def names(self) -> tuple[str | None, str | None, str | None, str | None]:
+        """The name of each entity type, in ENTITY_TYPES' order; None where absent."""
+        return self.user, self.client_id, self.ip, self.topic
 
     def describe(self) -> str:
-        parts = []
-        for kind, value in (("user", self.user), ("client-id", self.client_id), ("ip", self.ip)):
-            if value is not None:
-                parts.append(f"{kind}={value}")
-        return ", ".join(parts)
+        return ", ".join(f"{kind}={value}" for kind, value in self.items())
 
     def items(self) -> Iterator[tuple[str, str]]:
-        """(entity type, name) pairs in Kafka's words: user, client-id, ip."""
-        for kind, value in (("user", self.user), ("client-id", self.client_id), ("ip", self.ip)):
+        """(entity type, name) pairs in Kafka's words: user, client-id, ip, topic."""
+        for kind, value in zip(ENTITY_TYPES, self.names(), strict=True):
             if value is not None:
                 yield kind, value
 

@@ -56,7 +56,7 @@ def _entity_type(entity: QuotaEntity) -> QuotaTypes:
         return QuotaTypes.USER_CLIENT_ID if entity.client_id is not None else QuotaTypes.USER
     if entity.client_id is not None:
         return QuotaTypes.CLIENT_ID
-    return QuotaTypes.NO_QUOTAS  # ip entities: connection quotas do not use these flags
+    return QuotaTypes.NO_QUOTAS  # ip and topic entities: their quotas do not use these flags
 
 
 class QuotaStore:
@@ -68,16 +68,20 @@ class QuotaStore:
     set and removed between two lookups must still leave its flag on.
     """
 
-    __slots__ = ("_quotas", "_enabled", "version")
+    __slots__ = ("_quotas", "_enabled", "_topics_enabled", "version")
 
     def __init__(self, mapping: Mapping[QuotaEntity, Mapping[QuotaKey, float]] | None = None) -> None:
         self._quotas: dict[QuotaEntity, dict[QuotaKey, float]] = {}
         self._enabled: dict[QuotaKey, QuotaTypes] = {}
+        self._topics_enabled: set[QuotaKey] = set()
         self.version = 0
         if mapping:
             self.replace(mapping)
 
     def _enable(self, entity: QuotaEntity, key: QuotaKey) -> None:
+        if entity.topic is not None:
+            self._topics_enabled.add(key)
+            return
         self._enabled[key] = self._enabled.get(key, QuotaTypes.NO_QUOTAS) | _entity_type(entity)
 
     def set(self, entity: QuotaEntity, key: QuotaKey, value: float) -> None:
@@ -123,6 +127,7 @@ class QuotaStore:
         copy = QuotaStore()
         copy._quotas = {entity: dict(values) for entity, values in self._quotas.items()}
         copy._enabled = dict(self._enabled)
+        copy._topics_enabled = set(self._topics_enabled)
         copy.version = self.version
         return copy
 
@@ -130,6 +135,12 @@ class QuotaStore:
         """The sticky flags for `key`: set when a quota of that entity kind is first configured and
         never cleared (Kafka keeps them until the broker restarts; here, for this store's life)."""
         return self._enabled.get(key, QuotaTypes.NO_QUOTAS)
+
+    def topic_quotas_enabled(self, key: QuotaKey) -> bool:
+        """Sticky as quota_types_enabled: a topic quota of `key` has been configured at some time,
+        so Produce requests (producer_byte_rate) or Fetch responses (consumer_byte_rate) are
+        measured per topic from then on."""
+        return key in self._topics_enabled
 
 
 Tags = tuple[str, str]  # (user tag, client-id tag); "" means the tag is not part of the sensor
@@ -178,7 +189,7 @@ class QuotaResolver:
         index: dict[tuple[str | None, str | None], float] = {}
         key = self.key
         for entity, value in store.items_for(key):
-            if entity.ip is not None:
+            if entity.ip is not None or entity.topic is not None:
                 continue
             user = entity.user
             if user is not None and user != DEFAULT:

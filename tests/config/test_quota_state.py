@@ -34,6 +34,8 @@ def sample_layer() -> ApiQuotaLayer:
     layer.apply(DEFAULT_CLIENT, P, 1000.0)
     layer.apply(IP, CONN, 5.0)
     layer.apply(DEFAULT_IP, CONN, None)
+    layer.apply(QuotaEntity(topic="orders"), P, 2_097_152.0)
+    layer.apply(QuotaEntity(topic=DEFAULT), C, None)
     return layer
 
 
@@ -186,6 +188,7 @@ def test_unwritable_directory_is_a_config_error(tmp_path: Path) -> None:
     ('{"version": 1, "entities": [{"entity": {}, "values": {}}]}', "entity needs"),
     ('{"version": 1, "entities": [{"entity": {"user": ""}, "values": {}}]}', "non-empty string"),
     ('{"version": 1, "entities": [{"entity": {"user": "u", "ip": "1.2.3.4"}}]}', "cannot be combined"),
+    ('{"version": 1, "entities": [{"entity": {"topic": "t", "client-id": "c"}}]}', "cannot be combined"),
     ('{"version": 1, "entities": [{"entity": {"user": "u"}, "values": {"bad": 1.0}}]}', "unknown quota key"),
     ('{"version": 1, "entities": [{"entity": {"user": "u"}, "values": {"producer_byte_rate": -1}}]}',
      "must be a positive number"),
@@ -198,7 +201,8 @@ def test_unwritable_directory_is_a_config_error(tmp_path: Path) -> None:
     ('{"version": 1, "entities": [{"entity": {"user": "u"}, "removed": []},'
      ' {"entity": {"user": "u"}, "removed": []}]}', "appears twice"),
 ], ids=["truncated", "empty", "not-object", "version", "no-entities", "unknown-type", "empty-entity",
-        "empty-name", "ip-with-user", "unknown-key", "negative", "string-value", "nan", "set-and-removed",
+        "empty-name", "ip-with-user", "topic-with-client",
+        "unknown-key", "negative", "string-value", "nan", "set-and-removed",
         "duplicate-entity"])
 def test_corrupt_file_is_a_config_error(tmp_path: Path, content: str, fragment: str) -> None:
     path = tmp_path / "state.json"

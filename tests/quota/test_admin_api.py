@@ -443,3 +443,53 @@ def test_describe_errors(components: list[tuple[str, int, str | None]], code: in
         assert result.error_code == code
         assert result.error_message is not None and result.error_message.startswith(message)
         assert result.entries is None
+
+
+# ---- the topic entity type (topic quotas, the proxy's extension) ----
+
+
+def test_topic_quotas_are_set_and_described_like_any_entity() -> None:
+    result = alter_client_quotas({}, [
+        ([("topic", "orders")], [set_op(PRODUCER, 1048576.0), set_op(CONSUMER, 2097152.0)]),
+        ([("topic", None)], [set_op(PRODUCER, 524288.0)]),
+        ([("user", "u")], [set_op(PRODUCER, 100.0)]),
+    ], validate_only=False)
+    assert result.results == [(NONE, None)] * 3
+    assert result.quotas[QuotaEntity(topic="orders")] == {QuotaKey.PRODUCER_BYTE_RATE: 1048576.0,
+                                                          QuotaKey.CONSUMER_BYTE_RATE: 2097152.0}
+    assert result.quotas[QuotaEntity(topic=DEFAULT)] == {QuotaKey.PRODUCER_BYTE_RATE: 524288.0}
+    described = describe_client_quotas(result.quotas, [("topic", 2, None)], strict=False)
+    assert described.entries == [
+        ([("topic", None)], {PRODUCER: 524288.0}),
+        ([("topic", "orders")], {PRODUCER: 1048576.0, CONSUMER: 2097152.0}),
+    ]
+    exact = describe_client_quotas(result.quotas, [("topic", 0, "orders")], strict=True)
+    assert exact.entries == [([("topic", "orders")], {PRODUCER: 1048576.0, CONSUMER: 2097152.0})]
+    users = describe_client_quotas(result.quotas, [("user", 2, None)], strict=True)
+    assert users.entries == [([("user", "u")], {PRODUCER: 100.0})]
+
+
+@pytest.mark.parametrize(("entity", "ops", "fragment"), [
+    ([("topic", "t"), ("user", "u")], [set_op(PRODUCER, 10.0)],
+     "Invalid quota entity combination, topic entity should not be combined with User, ClientId or IP"),
+    ([("topic", "t"), ("ip", "1.2.3.4")], [set_op(PRODUCER, 10.0)], "Invalid quota entity combination"),
+    ([("topic", "t")], [set_op(REQUEST, 10.0)], "Invalid configuration key request_percentage"),
+    ([("topic", "t")], [set_op(MUTATION, 10.0)], "Invalid configuration key controller_mutation_rate"),
+    ([("topic", "t")], [set_op("producer_ids_rate", 10.0)],
+     "producer_ids_rate applies to user entities alone"),
+    ([("topic", "t")], [set_op(PRODUCER, 10.5)], "producer_byte_rate cannot be a fractional value."),
+    ([("topic", "")], [set_op(PRODUCER, 10.0)], "Empty topic not supported"),
+    ([("topic", DEFAULT)], [set_op(PRODUCER, 10.0)], "reserved for the default entity"),
+], ids=["topic-and-user", "topic-and-ip", "request-key", "mutation-key", "producer-ids-key", "fractional",
+        "empty", "literal-default"])
+def test_invalid_topic_quotas(entity: WireEntity, ops: list[WireOp], fragment: str) -> None:
+    result = alter({}, entity, ops)
+    assert_invalid(result, fragment)
+    assert result.quotas == {} and result.changes == []
+
+
+def test_a_topic_filter_cannot_be_combined() -> None:
+    result = describe_client_quotas({}, [("topic", 2, None), ("client-id", 2, None)], strict=False)
+    assert result.error_code == INVALID_REQUEST
+    assert result.error_message == ("Invalid entity filter component combination. Topic filter component "
+                                    "should not be used with user, clientId or IP filter component.")
