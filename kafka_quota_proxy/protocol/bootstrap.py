@@ -3,6 +3,8 @@ Metadata at the highest version both sides know, asking for no topics."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest
 
@@ -38,13 +40,14 @@ def metadata_version(api_versions_frame: bytes, correlation_id: int) -> int:
     raise MalformedMessage("broker supports no Metadata version from 1 up")
 
 
-def metadata_request(correlation_id: int, version: int) -> bytes:
-    req = MetadataRequest(topics=[], allow_auto_topic_creation=False)
+def metadata_request(correlation_id: int, version: int, all_topics: bool = False) -> bytes:
+    """The brokers only, or (`all_topics`, a null topic list from v1) every topic's leaders too."""
+    req = MetadataRequest(topics=None if all_topics else [], allow_auto_topic_creation=False)
     return frame_request(req, version, correlation_id, PROXY_CLIENT_ID)
 
 
-def metadata_brokers(frame: bytes, correlation_id: int, version: int) -> list[tuple[int, str, int]]:
-    """(node_id, host, port) of every broker in a framed Metadata response."""
+def metadata_response(frame: bytes, correlation_id: int, version: int) -> Any:
+    """A framed Metadata response, decoded, with a brokers array."""
     view = memoryview(frame)
     if response_correlation_id(view) != correlation_id:
         raise MalformedMessage("Metadata response has the wrong correlation id")
@@ -52,4 +55,9 @@ def metadata_brokers(frame: bytes, correlation_id: int, version: int) -> list[tu
     msg = decode_response(METADATA, version, view[response_body_offset(view, header_version):])
     if msg.brokers is None:  # not a nullable array; kafka-python reads length -1 as None
         raise MalformedMessage("Metadata response has a null brokers array")
-    return [(b.node_id, b.host, b.port) for b in msg.brokers]
+    return msg
+
+
+def metadata_brokers(frame: bytes, correlation_id: int, version: int) -> list[tuple[int, str, int]]:
+    """(node_id, host, port) of every broker in a framed Metadata response."""
+    return [(b.node_id, b.host, b.port) for b in metadata_response(frame, correlation_id, version).brokers]

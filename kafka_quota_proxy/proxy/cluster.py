@@ -12,14 +12,17 @@ import asyncio
 import logging
 import socket
 import ssl
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from kafka_quota_proxy.config import HostPort, Settings
 from kafka_quota_proxy.config.identity_settings import UpstreamSaslSettings
 from kafka_quota_proxy.protocol import bootstrap
+from kafka_quota_proxy.protocol.error_codes import UNKNOWN_TOPIC_OR_PARTITION
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.proxy.upstream_auth import open_upstream, read_frame
+from kafka_quota_proxy.quota.topics import Leadership
 
 log = logging.getLogger("kafka_quota_proxy.cluster")
 
@@ -42,11 +45,34 @@ class Cluster:
         self._listening: set[int] = set()
         self._bootstrap_next = 0
         self.topics: dict[str, int] = {}  # partition counts, from Metadata responses seen
+        # Which broker leads each partition, for topic quotas' split; brokers are named by the
+        # address a connection forwards to (ConnectionInfo.upstream), the quota scope's key.
+        self.leadership = Leadership()
+        # Whether the proxy's own Metadata request asks for every topic's leaders (while topic
+        # quotas are configured), or for the brokers only.
+        self.wants_topics: Callable[[], bool] = lambda: False
 
     def observe_metadata(self, msg: Any) -> None:
+        """A Metadata response on its way to a client (or the proxy's own): partition counts,
+        and the leaders of every partition."""
+        # A broker's bytes are not trusted: a null host (found by the fuzzer) names nobody.
+        addresses = {b.node_id: str(HostPort(b.host, b.port)) for b in msg.brokers or ()
+                     if isinstance(b.host, str)}
+        for node_id, address in self.nodes.items():
+            addresses.setdefault(node_id, str(address))
         for topic in msg.topics or ():
-            if topic.error_code == 0 and topic.name:
-                self.topics[topic.name] = len(topic.partitions or ())
+            if not topic.name:
+                continue
+            if topic.error_code == UNKNOWN_TOPIC_OR_PARTITION:
+                self.topics.pop(topic.name, None)
+                self.leadership.forget(topic.name)
+            elif topic.error_code == 0:
+                partitions = topic.partitions or ()
+                self.topics[topic.name] = len(partitions)
+                topic_id = getattr(topic, "topic_id", None)  # v10+
+                leaders = [addresses.get(p.leader_id) if p.leader_id >= 0 else None for p in partitions]
+                self.leadership.observe(topic.name, leaders,
+                                        topic_id.bytes if isinstance(topic_id, uuid.UUID) else None)
 
     def topic_partitions(self, name: str) -> int | None:
         return self.topics.get(name)
@@ -151,17 +177,27 @@ class Cluster:
         raise OSError("; ".join(errors))
 
     async def _ask(self, target: HostPort) -> list[tuple[int, str, int]]:
-        return await ask_brokers(target, self.upstream_ssl, self.settings.upstream_sasl)
+        msg = await ask_metadata(target, self.upstream_ssl, self.settings.upstream_sasl, self.wants_topics())
+        self.observe_metadata(msg)
+        return [(b.node_id, b.host, b.port) for b in msg.brokers]
+
+
+async def ask_metadata(target: HostPort, ssl_ctx: ssl.SSLContext | None = None,
+                       creds: UpstreamSaslSettings | None = None, all_topics: bool = False) -> Any:
+    """A Metadata response from one broker: every broker, and every topic if asked."""
+    reader, writer = await open_upstream(target.host, target.port, ssl_ctx, creds)
+    try:
+        writer.write(bootstrap.api_versions_request(1))
+        version = bootstrap.metadata_version(await read_frame(reader), 1)
+        writer.write(bootstrap.metadata_request(2, version, all_topics))
+        return bootstrap.metadata_response(await read_frame(reader), 2, version)
+    finally:
+        writer.close()
+
 
 
 async def ask_brokers(target: HostPort, ssl_ctx: ssl.SSLContext | None = None,
                       creds: UpstreamSaslSettings | None = None) -> list[tuple[int, str, int]]:
     """(node id, host, port) of every broker, asked of one broker."""
-    reader, writer = await open_upstream(target.host, target.port, ssl_ctx, creds)
-    try:
-        writer.write(bootstrap.api_versions_request(1))
-        version = bootstrap.metadata_version(await read_frame(reader), 1)
-        writer.write(bootstrap.metadata_request(2, version))
-        return bootstrap.metadata_brokers(await read_frame(reader), 2, version)
-    finally:
-        writer.close()
+    msg = await ask_metadata(target, ssl_ctx, creds)
+    return [(b.node_id, b.host, b.port) for b in msg.brokers]

@@ -86,7 +86,10 @@ class Proxy:
             store = StoreSettings(url=settings.worker.store_url, key_prefix="kqp-workers")
         self.engine = QuotaEngine(settings.quota, self.quotas,
                                   shared_buckets=store.effective_buckets if store else None,
-                                  share_proxy_scope=bool(own_store))
+                                  share_proxy_scope=bool(own_store), leadership=self.cluster.leadership,
+                                  broker_count=lambda: max(len(self.cluster.nodes), 1))
+        self.cluster.wants_topics = lambda: (self.engine.switches().topic_produce
+                                             or self.engine.switches().topic_fetch)
         self.store_sync: StoreSync | None = None
         if store is not None and self.engine.shared is not None:
             self.store_sync = StoreSync(store, self.engine.shared, config=self.quota_control,

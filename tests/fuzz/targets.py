@@ -64,6 +64,7 @@ from kafka_quota_proxy.proxy.stages.client_quotas_api import (
 )
 from kafka_quota_proxy.quota.admin_api import alter_client_quotas, describe_client_quotas
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.topics import Leadership
 
 Target = Callable[[bytes], None]
 
@@ -261,7 +262,8 @@ def rewrite(data: bytes) -> None:
         if found is None:
             return
         api_key, version, body = found
-        seen = SimpleNamespace(topics={})  # what Cluster.observe_metadata fills in
+        # What Cluster.observe_metadata fills in.
+        seen = SimpleNamespace(topics={}, nodes={}, leadership=Leadership())
 
         def observe(msg: Any) -> None:
             Cluster.observe_metadata(seen, msg)  # type: ignore[arg-type]

@@ -29,6 +29,7 @@ from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors, StatFactory
 from kafka_quota_proxy.quota.shared import ScopedShared, SharedIds, SharedQuotas
+from kafka_quota_proxy.quota.topics import Leadership, TopicQuotaManager
 
 EXPIRY_MS = 3_600_000  # Kafka expires idle quota sensors after an hour
 
@@ -48,6 +49,8 @@ class Switches:
     counting_producer_ids: bool  # some producer_ids_rate has ever been configured
     request_quotas: bool  # some request_percentage has ever been configured
     exempting: bool  # exempt principals or client-ids are listed
+    topic_produce: bool  # some topic's producer_byte_rate has ever been configured
+    topic_fetch: bool  # some topic's consumer_byte_rate has ever been configured
 
 
 class ThrottleListener(Protocol):
@@ -65,6 +68,8 @@ class ScopeManagers:
     request: ClientRequestQuotaManager
     mutation: ControllerMutationQuotaManager
     producer_ids: ProducerIdQuotaManager
+    topic_produce: TopicQuotaManager
+    topic_fetch: TopicQuotaManager
 
 
 @dataclass(slots=True)
@@ -106,13 +111,19 @@ class QuotaEngine:
 
     def __init__(self, settings: QuotaSettings, store: QuotaStore,
                  clock: Callable[[], int] = monotonic_ms, shared_buckets: int | None = None,
-                 share_proxy_scope: bool = False) -> None:
+                 share_proxy_scope: bool = False, leadership: Leadership | None = None,
+                 broker_count: Callable[[], int] = lambda: 1) -> None:
         self.settings = settings
         self.store = store
         self.clock = clock
         self.config = MetricConfig(samples=settings.window_num, window_ms=settings.window_ms)
         pid = settings.producer_ids
         self.producer_id_config = MetricConfig(samples=pid.window_num, window_ms=pid.window_ms)
+        # Who leads each topic's partitions (from the Metadata the proxy sees): topic quotas
+        # split a topic's budget by it. `broker_count`: the brokers known, for the even split
+        # while a topic's leaders are not known.
+        self.leadership = leadership if leadership is not None else Leadership()
+        self.broker_count = broker_count
         # With a shared store (`store:`), byte rates and controller mutations of scopes `broker`
         # and `cluster` are measured across replicas (docs/cluster-quotas.md); None: this
         # process alone.
@@ -136,6 +147,8 @@ class QuotaEngine:
         self.throttles = ThrottleStats(settings.max_tracked_entities)
         self._switches: Switches | None = None
         self.connection_throttles = ThrottleStats(settings.max_tracked_entities)
+        # Topic quotas' throttles, keyed (quota type, topic, ""): a topic, not a client, is held.
+        self.topic_throttles = ThrottleStats(settings.max_tracked_entities)
         # The usage log's meter, told of every throttle; None when the usage log is off.
         self.usage: ThrottleListener | None = None
 
@@ -189,12 +202,15 @@ class QuotaEngine:
         store, settings = self.store, self.settings
         if found is None or found.version != store.version or found.settings is not settings:
             measuring = any(store.quota_types_enabled(key) for key in CLIENT_KEYS | USER_ONLY_KEYS)
+            active = settings.mode != "off"
             found = self._switches = Switches(
                 version=store.version, settings=settings, measuring=measuring,
                 charging=measuring and settings.mode != "off",
                 counting_producer_ids=bool(store.quota_types_enabled(QuotaKey.PRODUCER_IDS_RATE)),
                 request_quotas=bool(store.quota_types_enabled(QuotaKey.REQUEST_PERCENTAGE)),
-                exempting=bool(settings.exempt_principals or settings.exempt_client_ids))
+                exempting=bool(settings.exempt_principals or settings.exempt_client_ids),
+                topic_produce=active and store.topic_quotas_enabled(QuotaKey.PRODUCER_BYTE_RATE),
+                topic_fetch=active and store.topic_quotas_enabled(QuotaKey.CONSUMER_BYTE_RATE))
         return found
 
     def exempt(self, principal: str, client_id: str | None) -> bool:
@@ -217,8 +233,18 @@ class QuotaEngine:
                 mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors(),
                                                         self._stats("mutation", key)),
                 producer_ids=self._producer_id_manager(key),
+                topic_produce=self._topic_manager(QuotaKey.PRODUCER_BYTE_RATE, key),
+                topic_fetch=self._topic_manager(QuotaKey.CONSUMER_BYTE_RATE, key),
             )
         return found
+
+    def _topic_manager(self, key: QuotaKey, scope: str) -> TopicQuotaManager:
+        """Scope `broker` allows a topic the share of the partitions its broker leads; `proxy`
+        and `cluster` the whole budget."""
+        broker = scope if self.settings.scope == "broker" else None
+        kind = "topic-produce" if key is QuotaKey.PRODUCER_BYTE_RATE else "topic-fetch"
+        return TopicQuotaManager(key, self.store, self.config, self._new_sensors(), self.leadership, broker,
+                                 self.broker_count, self._stats(kind, scope))
 
     def _shares(self, scope: str) -> bool:
         """Whether a scope's measurements go to the store: scope `proxy` is one process's
@@ -257,7 +283,7 @@ class QuotaEngine:
 
     def dropped_entities(self) -> int:
         return (sum(s.dropped for s in self._sensors) + self.throttles.dropped
-                + self.connection_throttles.dropped)
+                + self.connection_throttles.dropped + self.topic_throttles.dropped)
 
     def expire(self) -> None:
         now = self.clock()
@@ -265,3 +291,4 @@ class QuotaEngine:
             sensors.expire(now)
         self.throttles.expire(now)
         self.connection_throttles.expire(now)
+        self.topic_throttles.expire(now)
