@@ -29,6 +29,11 @@ from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
+from kafka_quota_proxy.proxy.stages.topic_quotas import (
+    TopicFetchSettle,
+    TopicProduceRefusals,
+    TopicQuotaCharge,
+)
 from kafka_quota_proxy.proxy.stages.well_formed import WellFormed
 
 # A response ready to write: one buffer, or pieces written with writelines (no joining copy).
@@ -51,10 +56,12 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     elif isinstance(sasl, SaslInspect):
         request.append(sasl)
         response.append(sasl)
+    # Topic quotas before client quotas: a client is charged for the bytes that go on, not for
+    # a topic's refused ones, and its fetch for what it is delivered.
     request += [ClientQuotasApi(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
-                QuotaCharge(engine, cluster.topic_partitions)]
-    response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
-                 QuotaSettle(engine), ThrottleMerge()]
+                TopicQuotaCharge(engine), QuotaCharge(engine, cluster.topic_partitions)]
+    response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata), TopicProduceRefusals(),
+                 TopicFetchSettle(engine), QuotaSettle(engine), ThrottleMerge()]
     return Pipeline(request=request, response=response)
 
 

@@ -34,6 +34,7 @@ from kafka_quota_proxy.protocol.api_keys import (
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.protocol.messages import decode_response
+from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
 from kafka_quota_proxy.quota.managers import ChargeHandle
 
@@ -96,6 +97,13 @@ class RequestContext:
     permits: int | None = None  # controller mutations: partitions created or deleted (KIP-599)
     new_producer_ids: int = 0  # Produce: producer ids new for the user (while producer_ids_rate is set)
     raw: bool = False  # a bare legacy SASL token (after SaslHandshake v0), not a Kafka request
+    # The whole frame to forward instead of `frame`, when a stage cut parts out of it (a Produce
+    # without the topics its topic quotas refused); it carries its own size prefix.
+    replaced: Pieces | None = None
+    # Topic quotas: the scope's managers when this request's topics are measured, and a
+    # Produce's refused topics, (topic name or id, partition indexes), for its response.
+    topic_quota: ScopeManagers | None = None
+    refused_topics: list[tuple[str | bytes, tuple[int, ...]]] | None = None
 
     @property
     def api_key(self) -> int:
@@ -112,8 +120,16 @@ class RequestContext:
             self.patches = []
         self.patches.append((at, data))
 
+    @property
+    def forward_size(self) -> int:
+        """The size of the frame as forwarded, size prefix included."""
+        return len(self.frame) if self.replaced is None else len(self.replaced)
+
     def forward_parts(self) -> list[bytes | memoryview]:
         """The frame as forwarded: views of it around the patches (no copy of the rest)."""
+        if self.replaced is not None:
+            assert not self.patches, "a replaced frame is not patched"
+            return list(self.replaced.parts)
         frame, patches = self.frame, self.patches
         if not patches:
             return [frame]

@@ -114,7 +114,7 @@ def test_quota_metrics_after_traffic() -> None:
             assert metric(h, "kafka_quota_proxy_throttle_time_ms_total", quota_type="produce",
                           user="ANONYMOUS", client_id="c") == 80
             assert metric(h, "kafka_quota_proxy_configured_quota", quota_type="producer_byte_rate",
-                          user="", client_id="c", ip="") == 500.0
+                          user="", client_id="c", ip="", topic="") == 500.0
             assert metric(h, "kafka_quota_proxy_quota_entities_dropped_total") == 0
             c.close()
     run(scenario())

@@ -305,7 +305,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             if ctx.throttle_ms:
                 self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
         ctx.sent_at = perf_counter()
-        if ctx.patches is None:
+        if ctx.patches is None and ctx.replaced is None:
             out.append(frame)
         else:
             out.extend(ctx.forward_parts())

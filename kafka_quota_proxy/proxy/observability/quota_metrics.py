@@ -62,6 +62,37 @@ class QuotaCollector(Collector):
         loop.call_soon_threadsafe(on_loop)
         return iter(read.result(SCRAPE_TIMEOUT_SECONDS))
 
+    def _topics(self, now: int) -> Iterator[Any]:
+        """Topic quotas (docs/topic-quotas.md): per topic and scope, the rate, the quota and the
+        part of it this scope allows (Q times the share of partitions its broker leads)."""
+        engine = self.engine
+        labels = ["quota_type", "scope", "topic"]
+        rate = GaugeMetricFamily(P + "topic_byte_rate", "Measured bytes/s per topic", labels=labels)
+        quota = GaugeMetricFamily(P + "topic_quota", "The topic's configured quota (bytes/s)",
+                                  labels=labels)
+        share = GaugeMetricFamily(P + "topic_quota_share", "The part of the topic's quota this "
+                                  "scope allows (bytes/s): per broker, Q x partitions led / partitions",
+                                  labels=labels)
+        for scope, managers in engine.scopes():
+            for manager in (managers.topic_produce, managers.topic_fetch):
+                for topic, stat in manager.topics(now):
+                    names = [manager.key.value, scope, topic]
+                    rate.add_metric(names, stat.measure(now))
+                    configured, bound = manager.quota(topic), manager.bound(topic)
+                    if configured is not None and bound is not None:
+                        quota.add_metric(names, configured)
+                        share.add_metric(names, bound)
+        throttle = CounterMetricFamily(P + "topic_throttle_time_ms", "Topic quota throttles: time "
+                                       "a topic's partitions were refused or answered empty (or, in "
+                                       "observe mode, would have been)", labels=["quota_type", "topic"])
+        throttled = CounterMetricFamily(P + "topic_throttled_requests", "Requests in which a topic "
+                                        "was refused or answered empty (or would have been)",
+                                        labels=["quota_type", "topic"])
+        for (quota_type, topic, _), rec in engine.topic_throttles.records.items():
+            throttle.add_metric([quota_type, topic], rec.total_ms)
+            throttled.add_metric([quota_type, topic], rec.count)
+        yield from (rate, quota, share, throttle, throttled)
+
     def _collect(self) -> Iterator[Any]:
         engine = self.engine
         now = engine.clock()
@@ -103,6 +134,7 @@ class QuotaCollector(Collector):
                     mutation_rate.add_metric([scope, user, client], stat.rate_per_s)
         yield from self._producer_ids(now, limit)
         yield from (byte_rate, local_rate, request_time, mutation_rate, tokens, limit)
+        yield from self._topics(now)
 
         throttle_ms = CounterMetricFamily(P + "throttle_time_ms", "Throttle time applied (or, in "
                                           "observe mode, that would have been)", labels=[
@@ -122,11 +154,10 @@ class QuotaCollector(Collector):
             accept.add_metric([ip], rec.total_ms)
         yield accept
         configured = GaugeMetricFamily(P + "configured_quota", "Every configured quota, by entity",
-                                       labels=["quota_type", "user", "client_id", "ip"])
+                                       labels=["quota_type", "user", "client_id", "ip", "topic"])
         for entity, values in engine.store.entries().items():
             for key, value in values.items():
-                configured.add_metric([key.value, entity.user or "", entity.client_id or "",
-                                       entity.ip or ""], value)
+                configured.add_metric([key.value, *(name or "" for name in entity.names())], value)
         yield configured
         dropped = CounterMetricFamily(P + "quota_entities_dropped", "Entities not measured because "
                                       "quota.max_tracked_entities was reached")

@@ -93,7 +93,8 @@ class QuotaCharge(RequestStage):
                     return refused
             # Charged on arrival: the connection then reads nothing more from a client over its
             # quota until the throttle is over (see the module docstring).
-            throttle_ms = q.produce.record_and_get_throttle_ms(user, client_id, len(ctx.frame) - 4, now,
+            # What goes on to the broker: a topic quota may have cut refused topics out.
+            throttle_ms = q.produce.record_and_get_throttle_ms(user, client_id, ctx.forward_size - 4, now,
                                                                conn.charge_handles)
             if throttle_ms:
                 throttle(engine, ctx, "produce", throttle_ms, now)

@@ -82,6 +82,12 @@ RULES: dict[str, Rule] = {
     P + "producer_id_cache_bytes": SUM,  # memory held on the host
     P + "producer_id_cache_dropped_users": SUM,
     P + "producer_id_cache_overfull_adds": SUM,
+    # Topic quotas (docs/topic-quotas.md): rates as byte_rate; quotas and shares are settings.
+    P + "topic_byte_rate": _max_if_shared,
+    P + "topic_quota": MAX,
+    P + "topic_quota_share": MAX,
+    P + "topic_throttle_time_ms": SUM,
+    P + "topic_throttled_requests": SUM,
     # The shared store's sync (observability/store_metrics.py): each worker is a replica.
     P + "store_syncs": SUM,
     P + "store_errors": SUM,

@@ -1,0 +1,203 @@
+"""Topic quotas at the proxy (quota/topics.py measures and decides; docs/topic-quotas.md).
+
+Produce: a topic's bytes are charged as the request arrives, from its partitions' record sizes.
+The request that takes a topic over its budget passes, as on Kafka, and the topic is refused for
+the throttle that follows: the partitions of a refused topic are answered with
+`TOPIC_REFUSAL` without reaching the broker, while the request's other topics go through. The
+client retries the refused batches after its retry backoff. No throttle_time_ms is written and
+the connection is not muted for a topic: a client that honours throttle_time_ms (KIP-219) would
+hold back every topic it writes to that broker, and the quota is the topic's, not the client's.
+With acks=0 nothing can be refused without losing records, so such a request passes and its
+connection is muted for the throttle, as a client quota would.
+
+Fetch: a topic's bytes are counted from the response's partitions. A topic over its budget is
+taken back and its partitions are answered empty (the records alone: offsets, watermarks and
+errors stay), as a throttled fetch answers everything empty; the other topics keep their data.
+A response left with no records at all carries the throttle, capped at the request's
+max_wait_ms, and the connection waits it out: the wait a long poll would have had, instead of
+the client fetching the same refused records again at once.
+"""
+
+from __future__ import annotations
+
+from kafka.protocol.producer.produce import ProduceResponse
+
+from kafka_quota_proxy.protocol.api_keys import FETCH, PRODUCE
+from kafka_quota_proxy.protocol.error_codes import THROTTLING_QUOTA_EXCEEDED
+from kafka_quota_proxy.protocol.errors import ProtocolError
+from kafka_quota_proxy.protocol.fetch import read_fetch_request
+from kafka_quota_proxy.protocol.messages import encode_body
+from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.produce import refusal
+from kafka_quota_proxy.protocol.topic_bytes import (
+    fetch_emptied,
+    fetch_topics,
+    produce_layout,
+    produce_without,
+)
+from kafka_quota_proxy.proxy.context import RequestContext
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
+from kafka_quota_proxy.proxy.stages.throttling import client_of
+
+# What a refused topic's partitions fail with. The choice and what each client does with it:
+# docs/topic-quotas.md.
+TOPIC_REFUSAL = THROTTLING_QUOTA_EXCEEDED
+PRODUCE_TYPE, FETCH_TYPE = "topic_produce", "topic_fetch"  # the throttle metrics' quota_type
+REFUSED_MESSAGE = "The topic's producer_byte_rate quota is exceeded; retry later"
+
+
+def _count(engine: QuotaEngine, quota_type: str, topic: str, throttle_ms: int, now: int) -> None:
+    engine.topic_throttles.add(quota_type, topic, "", throttle_ms, now)
+
+
+class TopicQuotaCharge(RequestStage):
+    """Charges a Produce's topics on arrival and refuses those over their budget; marks a Fetch
+    whose response TopicFetchSettle is to measure."""
+
+    api_keys = frozenset({PRODUCE, FETCH})
+
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
+
+    def on_request(self, ctx: RequestContext) -> Reply | None:
+        engine = self.engine
+        switches = engine.switches()
+        fetch = ctx.api_key == FETCH
+        if not (switches.topic_fetch if fetch else switches.topic_produce):
+            return None
+        if switches.exempting and engine.exempt(*client_of(ctx)):
+            return None
+        if fetch:
+            info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
+            if info.replica_id < 0:  # a follower's fetch is the cluster's own, never a tenant's
+                ctx.topic_quota = engine.scope(ctx.conn.upstream)
+                ctx.fetch_max_wait_ms = info.max_wait_ms
+            return None
+        return self._produce(ctx)
+
+    def _produce(self, ctx: RequestContext) -> Reply | None:
+        engine = self.engine
+        try:
+            layout = produce_layout(ctx.frame, ctx.header.body_offset, ctx.api_version)
+        except ProtocolError:
+            return None  # the broker answers a request it cannot read
+        manager = engine.scope(ctx.conn.upstream).topic_produce
+        now = engine.clock()
+        enforcing = engine.enforcing
+        refused: list[int] = []
+        longest = 0
+        for index, topic in enumerate(layout.topics):
+            name = _name(engine, topic.name, topic.topic_id)
+            if name is None:
+                continue  # an id no Metadata has named yet: not measured
+            wait = manager.muted_ms(name, now) if enforcing else 0
+            if wait:
+                refused.append(index)
+                longest = max(longest, wait)
+                _count(engine, PRODUCE_TYPE, name, wait, now)
+                continue
+            charge = manager.record(name, topic.size, now)
+            if charge.throttle_ms:
+                _count(engine, PRODUCE_TYPE, name, charge.throttle_ms, now)
+                if enforcing:
+                    manager.mute(name, now + charge.throttle_ms)
+        if not refused:
+            return None
+        if not ctx.expects_response:
+            # acks=0: a refusal would lose the records unseen; they pass, and the connection
+            # waits out the throttle instead.
+            ctx.throttle_ms = max(ctx.throttle_ms, longest)
+            return None
+        if len(refused) == len(layout.topics):
+            names = sorted({_name(engine, t.name, t.topic_id) or "?" for t in layout.topics})
+            message = f"{REFUSED_MESSAGE}: {', '.join(names)}"
+            request = ctx.decode_request()
+            return Reply(refusal(request, ctx.api_version, TOPIC_REFUSAL, message, ctx.throttle_ms))
+        keep = [i for i in range(len(layout.topics)) if i not in set(refused)]
+        ctx.replaced = produce_without(ctx.frame, ctx.header.body_offset, ctx.api_version, layout, keep)
+        ctx.refused_topics = [
+            (t.name if t.name is not None else t.topic_id or b"", t.partitions)
+            for t in (layout.topics[i] for i in refused)]
+        return None
+
+
+def _name(engine: QuotaEngine, name: str | None, topic_id: bytes | None) -> str | None:
+    if name is not None:
+        return name
+    return engine.leadership.name_of(topic_id) if topic_id is not None else None
+
+
+class TopicProduceRefusals(ResponseStage):
+    """Adds the refused topics' partitions, failed with TOPIC_REFUSAL, to the broker's answer to
+    the rest of the request."""
+
+    api_keys = frozenset({PRODUCE})
+
+    def wants(self, ctx: RequestContext) -> bool:
+        return ctx.refused_topics is not None
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        assert ctx.refused_topics is not None
+        msg = ctx.decode_response(body)
+        version = ctx.broker_version
+        topic = ProduceResponse.TopicProduceResponse
+        part = topic.PartitionProduceResponse
+        message = REFUSED_MESSAGE
+        for key, partitions in ctx.refused_topics:
+            msg.responses.append(topic(
+                name=key if isinstance(key, str) else None,
+                topic_id=key if isinstance(key, bytes) and version >= 13 else None,
+                partition_responses=[part(index=p, error_code=TOPIC_REFUSAL, base_offset=-1,
+                                          log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                          error_message=message, current_leader=None)
+                                     for p in partitions]))
+        return encode_body(msg)
+
+
+class TopicFetchSettle(ResponseStage):
+    """Counts a Fetch response's bytes per topic and answers a topic over its budget empty."""
+
+    api_keys = frozenset({FETCH})
+
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
+
+    def wants(self, ctx: RequestContext) -> bool:
+        return ctx.topic_quota is not None
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        engine, q = self.engine, ctx.topic_quota
+        assert q is not None
+        try:
+            layout = fetch_topics(body, ctx.broker_version)
+        except ProtocolError:
+            return None  # what the client makes of it is the broker's answer, unchanged
+        manager = q.topic_fetch
+        now = engine.clock()
+        enforcing = engine.enforcing
+        hot: set[int] = set()
+        longest = 0
+        delivered = 0
+        for index, topic in enumerate(layout.topics):
+            if not topic.size:
+                continue
+            name = _name(engine, topic.name, topic.topic_id)
+            charge = manager.record(name, topic.size, now) if name is not None else None
+            if charge is None or not charge.throttle_ms:
+                delivered += topic.size
+                continue
+            assert name is not None
+            _count(engine, FETCH_TYPE, name, charge.throttle_ms, now)
+            if enforcing:
+                # As Kafka takes back a throttled fetch's bytes: they were not delivered.
+                manager.unrecord(name, topic.size, now)
+                hot.add(index)
+                longest = max(longest, charge.throttle_ms)
+            else:
+                delivered += topic.size
+        if not hot:
+            return None
+        if not delivered:
+            ctx.throttle_ms = max(ctx.throttle_ms, min(longest, ctx.fetch_max_wait_ms))
+        return fetch_emptied(body, ctx.broker_version, layout, hot)

@@ -1,0 +1,252 @@
+"""Topic quotas end to end, in-process against a scripted broker, on the fake clock: a Produce's
+hot topic is refused while its other topic goes on; a Fetch's hot topic is answered empty while
+the other keeps its data; the metrics say so."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.metadata import MetadataResponse
+from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
+
+from kafka_quota_proxy.config import merge
+from kafka_quota_proxy.protocol.error_codes import THROTTLING_QUOTA_EXCEEDED
+from kafka_quota_proxy.protocol.headers import RequestHeader
+from kafka_quota_proxy.protocol.produce import produce_acks
+from kafka_quota_proxy.proxy.cluster import Cluster
+from tests.proxy.conftest import running
+from tests.proxy.quota_support import (
+    SESSION,
+    Script,
+    connect,
+    fetch,
+    freeze,
+    metric,
+    run,
+    scope,
+)
+from tests.support.fake_broker import BrokerConn
+
+HOT, COLD = "hot", "cold"
+QUOTA = 1000  # bytes/s: 10,000 bytes fill a fresh 10 s window
+
+
+class TopicScript(Script):
+    """Answers a Produce for exactly the topics it carries; a Fetch with `fetched` bytes of
+    records for each of the topics hot and cold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.produced: list[list[str]] = []  # the topics of each Produce the broker saw
+        self.fetched = {HOT: 0, COLD: 0}
+
+    async def __call__(self, conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
+        key, v = header.api_key, header.api_version
+        if key == 0:
+            request: Any = ProduceRequest.decode(frame[header.body_offset:], version=v)
+            self.produced.append([t.name for t in request.topic_data])
+            if produce_acks(memoryview(frame), header.body_offset, v) == 0:
+                return None
+            topic = ProduceResponse.TopicProduceResponse
+            part = topic.PartitionProduceResponse
+            return bytes(ProduceResponse(version=v, throttle_time_ms=0, responses=[
+                topic(name=t.name, partition_responses=[
+                    part(index=p.index, error_code=0, base_offset=42, log_append_time_ms=-1,
+                         log_start_offset=0)
+                    for p in t.partition_data])
+                for t in request.topic_data]).encode(version=v))
+        if key == 1:
+            topic = FetchResponse.FetchableTopicResponse
+            part = topic.PartitionData
+            return bytes(FetchResponse(version=v, throttle_time_ms=0, error_code=0, session_id=SESSION,
+                                       responses=[
+                topic(topic=name, topic_id=uuid.UUID(int=7), partitions=[
+                    part(partition_index=0, error_code=0, high_watermark=100, last_stable_offset=100,
+                         log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1,
+                         records=b"r" * size)])
+                for name, size in self.fetched.items()]).encode(version=v))
+        return await super().__call__(conn, header, frame)
+
+
+def two_topics(hot: int, cold: int, version: int = 7, acks: int = 1) -> Any:
+    topic = ProduceRequest.TopicProduceData
+    return ProduceRequest(version=version, transactional_id=None, acks=acks, timeout_ms=1000, topic_data=[
+        topic(name=name, partition_data=[topic.PartitionProduceData(index=i, records=b"x" * size)
+                                         for i in range(2)])
+        for name, size in ((HOT, hot), (COLD, cold)) if size])
+
+
+def errors(response: Any) -> dict[str, list[int]]:
+    return {t.name: [p.error_code for p in t.partition_responses] for t in response.responses}
+
+
+def test_a_produce_over_its_topic_quota_refuses_that_topic_alone() -> None:
+    script = TopicScript()
+
+    async def scenario() -> None:
+        async with running(script, quotas=[{"topic": HOT, "producer_byte_rate": QUOTA}]) as h:
+            now = freeze(h)
+            c = await connect(h)
+            # 2 x 6000 bytes of hot records at once: 1200 B/s over a fresh 10 s window, so
+            # (1200 - 1000)/1000 * 10 s = 2000 ms. This request passes, as on Kafka.
+            first = await c.call(two_topics(hot=6000, cold=10))
+            assert errors(first) == {HOT: [0, 0], COLD: [0, 0]}
+            assert first.throttle_time_ms == 0  # the topic's throttle does not hold the client
+            # Within the throttle the hot topic is refused unseen by the broker; cold goes on.
+            now[0] += 1999
+            second = await c.call(two_topics(hot=10, cold=10))
+            assert errors(second) == {COLD: [0, 0], HOT: [THROTTLING_QUOTA_EXCEEDED] * 2}
+            assert second.throttle_time_ms == 0
+            # A request of the hot topic alone is answered by the proxy itself.
+            alone = await c.call(two_topics(hot=10, cold=0))
+            assert errors(alone) == {HOT: [THROTTLING_QUOTA_EXCEEDED] * 2}
+            assert script.produced == [[HOT, COLD], [COLD]]
+            # Once the throttle is over the topic is written again.
+            now[0] += 1
+            third = await c.call(two_topics(hot=10, cold=10))
+            assert errors(third) == {HOT: [0, 0], COLD: [0, 0]}
+            assert script.produced[-1] == [HOT, COLD]
+            q = h.proxy.engine.scope(scope(h))
+            # The refused bytes were never counted: 12,000 bytes at t0, 20 after the throttle.
+            assert q.topic_produce.measure(HOT, now[0]) == 12_020 / 10
+            # Still over: the window is the fresh (N-1) W = 10 s until the samples age, as on
+            # Kafka, so this write passes and throttles again: (1202 - 1000)/1000 * 10 s.
+            labels = {"quota_type": "topic_produce", "topic": HOT}
+            assert metric(h, "kafka_quota_proxy_topic_throttled_requests_total", **labels) == 4
+            assert metric(h, "kafka_quota_proxy_topic_throttle_time_ms_total",
+                          **labels) == 2000 + 1 + 1 + 2020
+            share = {"quota_type": "producer_byte_rate", "scope": scope(h), "topic": HOT}
+            assert metric(h, "kafka_quota_proxy_topic_quota", **share) == QUOTA
+            # No Metadata has named the topic's leaders: one broker known, so the whole quota.
+            assert metric(h, "kafka_quota_proxy_topic_quota_share", **share) == QUOTA
+            assert metric(h, "kafka_quota_proxy_topic_byte_rate", **share) == 12_020 / 10
+            c.close()
+    run(scenario())
+
+
+def test_a_client_is_charged_only_for_the_topics_that_went_on() -> None:
+    script = TopicScript()
+
+    async def scenario() -> None:
+        async with running(script, quotas=[{"topic": HOT, "producer_byte_rate": QUOTA},
+                                           {"client-id": "c", "producer_byte_rate": 10**9}]) as h:
+            now = freeze(h)
+            c = await connect(h)
+            await c.call(two_topics(hot=6000, cold=10))
+            q = h.proxy.engine.scope(scope(h))
+            before = q.produce.measure("ANONYMOUS", "c", now[0])
+            await c.call(two_topics(hot=5000, cold=10))  # hot refused: 10 KB cut out
+            charged = (q.produce.measure("ANONYMOUS", "c", now[0]) - before) * 10
+            assert 0 < charged < 1000
+            c.close()
+    run(scenario())
+
+
+def test_acks_0_is_never_refused_but_the_connection_waits() -> None:
+    script = TopicScript()
+
+    async def scenario() -> None:
+        async with running(script, quotas=[{"topic": HOT, "producer_byte_rate": QUOTA}]) as h:
+            now = freeze(h)
+            c = await connect(h)
+            await c.call(two_topics(hot=6000, cold=10))
+            now[0] += 10
+            await c.send(two_topics(hot=10, cold=10, acks=0))
+            await h.wait_for(lambda: len(script.produced) == 2)
+            assert script.produced == [[HOT, COLD], [HOT, COLD]]  # nothing lost
+            c.close()
+    run(scenario())
+
+
+def test_observe_mode_counts_but_refuses_nothing() -> None:
+    script = TopicScript()
+
+    async def scenario() -> None:
+        async with running(script, quota={"mode": "observe"},
+                           quotas=[{"topic": HOT, "producer_byte_rate": QUOTA}]) as h:
+            freeze(h)
+            c = await connect(h)
+            await c.call(two_topics(hot=6000, cold=10))
+            response = await c.call(two_topics(hot=10, cold=10))
+            assert errors(response) == {HOT: [0, 0], COLD: [0, 0]}
+            assert metric(h, "kafka_quota_proxy_topic_throttled_requests_total",
+                          quota_type="topic_produce", topic=HOT) == 2
+            c.close()
+    run(scenario())
+
+
+def test_exempt_clients_are_not_measured() -> None:
+    script = TopicScript()
+
+    async def scenario() -> None:
+        async with running(script, quota={"exempt_client_ids": ["c"]},
+                           quotas=[{"topic": HOT, "producer_byte_rate": QUOTA}]) as h:
+            now = freeze(h)
+            c = await connect(h)
+            for _ in range(3):
+                assert errors(await c.call(two_topics(hot=6000, cold=10))) == {HOT: [0, 0], COLD: [0, 0]}
+            assert h.proxy.engine.scope(scope(h)).topic_produce.measure(HOT, now[0]) == 0.0
+            c.close()
+    run(scenario())
+
+
+def test_a_fetch_over_its_topic_quota_answers_that_topic_empty() -> None:
+    script = TopicScript()
+    script.fetched = {HOT: 12_000, COLD: 500}
+
+    async def scenario() -> None:
+        async with running(script, quotas=[{"topic": HOT, "consumer_byte_rate": QUOTA}]) as h:
+            now = freeze(h)
+            c = await connect(h)
+            request = fetch(version=11, max_wait_ms=500)
+            # 12,000 bytes of hot: 1200 B/s over a fresh window, a 2000 ms throttle. As on Kafka
+            # the bytes are taken back and the topic answered empty; cold keeps its data.
+            response = await c.call(request)
+            records = {t.topic: [p.records for p in t.partitions] for t in response.responses}
+            assert records[COLD] == [b"r" * 500]
+            assert records[HOT] in ([b""], [None])
+            hot = next(t for t in response.responses if t.topic == HOT).partitions[0]
+            assert (hot.high_watermark, hot.error_code) == (100, 0)
+            assert response.throttle_time_ms == 0  # cold had data: the client is not held
+            q = h.proxy.engine.scope(scope(h))
+            assert q.topic_fetch.measure(HOT, now[0]) == 0.0
+            assert q.topic_fetch.measure(COLD, now[0]) == 0.0  # no quota: not measured
+            # With only hot data the response is empty and carries the wait, capped by max_wait.
+            script.fetched = {HOT: 12_000, COLD: 0}
+            alone = await c.call(request)
+            assert alone.throttle_time_ms == 500
+            # Within its quota the topic is delivered.
+            script.fetched = {HOT: 9_000, COLD: 0}
+            within = await c.call(request)
+            delivered = [p.records for t in within.responses for p in t.partitions if t.topic == HOT]
+            assert delivered == [b"r" * 9000]
+            assert metric(h, "kafka_quota_proxy_topic_throttled_requests_total",
+                          quota_type="topic_fetch", topic=HOT) == 2
+            c.close()
+    run(scenario())
+
+
+def test_the_split_follows_the_metadata_the_proxy_sees() -> None:
+    cluster = Cluster(merge({"upstream": "127.0.0.1:9092"}), lambda node_id, sock: None)
+    broker, topic, part = (MetadataResponse.MetadataResponseBroker, MetadataResponse.MetadataResponseTopic,
+                           MetadataResponse.MetadataResponseTopic.MetadataResponsePartition)
+
+    def metadata(leaders: list[int], error_code: int = 0) -> Any:
+        return MetadataResponse(version=12, throttle_time_ms=0, cluster_id="c", controller_id=1, brokers=[
+            broker(node_id=n, host=f"10.0.0.{n}", port=9092, rack=None) for n in (1, 2)], topics=[
+            topic(error_code=error_code, name=HOT, topic_id=uuid.UUID(int=9), is_internal=False, partitions=[
+                part(error_code=0, partition_index=i, leader_id=leader, leader_epoch=0, replica_nodes=[],
+                     isr_nodes=[], offline_replicas=[])
+                for i, leader in enumerate(leaders)])])
+
+    cluster.observe_metadata(metadata([1, 1, 1, 2]))
+    leadership = cluster.leadership
+    assert leadership.share(HOT, "10.0.0.1:9092") == 0.75
+    assert leadership.name_of(uuid.UUID(int=9).bytes) == HOT
+    cluster.observe_metadata(metadata([1, 2, 2, -1]))  # moved, and one partition without a leader
+    assert (leadership.share(HOT, "10.0.0.1:9092"), leadership.share(HOT, "10.0.0.2:9092")) == (0.25, 0.5)
+    cluster.observe_metadata(metadata([], error_code=3))  # deleted
+    assert leadership.share(HOT, "10.0.0.1:9092") is None
+    assert cluster.topic_partitions(HOT) is None
