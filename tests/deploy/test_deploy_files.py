@@ -552,6 +552,11 @@ QUOTA_PANELS = [
     ("New producer ids vs quota per user", "timeseries"),
     ("Producer-id refusals and throttle per user", "timeseries"),
 ]
+TOPIC_PANELS = [
+    ("Topic quotas", "row"),
+    ("Topic rate vs its share per broker", "timeseries"),
+    ("Topic throttle time", "timeseries"),
+]
 STORE_PANELS = [
     ("Shared quota store", "row"),
     ("Store state per replica", "state-timeline"),
@@ -611,7 +616,9 @@ def populated_registry() -> CollectorRegistry:
     client = {key: 10.0 for key in CLIENT_KEYS}
     store = QuotaStore({QuotaEntity(client_id="demo"): client,
                         QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_IDS_RATE: 0.001},
-                        QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0}})
+                        QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0},
+                        QuotaEntity(topic="orders"): {QuotaKey.PRODUCER_BYTE_RATE: 10.0,
+                                                      QuotaKey.CONSUMER_BYTE_RATE: 10.0}})
     store_settings = StoreSettings(url="redis://valkey:6379")
     engine = QuotaEngine(QuotaSettings(), store, clock=lambda: now,
                          shared_buckets=store_settings.effective_buckets)
@@ -623,6 +630,10 @@ def populated_registry() -> CollectorRegistry:
     managers.mutation.record_permissive("alice", "demo", 1.0, now)
     managers.producer_ids.charge("alice", [1], now)
     managers.producer_ids.charge("alice", list(range(2, 100)), now, strict=True)  # a refusal
+    managers.topic_produce.record("orders", 100.0, now)
+    managers.topic_fetch.record("orders", 100.0, now)
+    for quota_type in ("topic_produce", "topic_fetch"):
+        engine.topic_throttles.add(quota_type, "orders", "", 10, now)
     for quota_type in throttle_quota_types():
         engine.throttles.add(quota_type, "alice", "demo", 10, now)
     engine.connection_throttles.add("connection_creation_rate", "10.0.0.1", "", 10, now)
@@ -698,13 +709,13 @@ def test_grafana_dashboard_keeps_the_proxy_panels() -> None:
     assert [p["title"] for p in panels[:3]] == list(ORIGINAL_PANELS)
     for panel in panels[:3]:
         assert [t["expr"] for t in panel["targets"]] == [ORIGINAL_PANELS[panel["title"]]]
-    assert [(p["title"], p["type"]) for p in panels[3:]] == QUOTA_PANELS + STORE_PANELS
+    assert [(p["title"], p["type"]) for p in panels[3:]] == QUOTA_PANELS + TOPIC_PANELS + STORE_PANELS
 
 
 def test_grafana_dashboard_queries_metrics_the_proxy_exports() -> None:
     series = exported_series()
     exprs = all_exprs()
-    assert len(exprs) == 28
+    assert len(exprs) == 31
     for expr in exprs:
         used = selectors(expr)
         assert used, f"expression queries no proxy metric: {expr}"
@@ -770,14 +781,15 @@ def test_grafana_dashboard_grid_positions_do_not_overlap() -> None:
 
 def test_grafana_dashboard_template_variables() -> None:
     variables = {v["name"]: v for v in dashboard()["templating"]["list"]}
-    assert list(variables) == ["user", "client_id"]
+    assert list(variables) == ["user", "client_id", "topic"]
     series = exported_series()
     for name, variable in variables.items():
         assert variable["type"] == "query"
         assert variable["datasource"] == provisioned_datasource()
-        query = f"label_values(kafka_quota_proxy_byte_rate, {name})"
+        metric = "kafka_quota_proxy_topic_byte_rate" if name == "topic" else "kafka_quota_proxy_byte_rate"
+        query = f"label_values({metric}, {name})"
         assert variable["definition"] == query and variable["query"]["query"] == query
-        assert name in series["kafka_quota_proxy_byte_rate"].labels
+        assert name in series[metric].labels
         assert variable["multi"] is True and variable["includeAll"] is True
         # Not Grafana's default All (the values found, joined): those leave out the entities
         # measured with an empty tag and raw principals that only the throttle counters carry.
