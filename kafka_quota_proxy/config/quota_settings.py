@@ -19,6 +19,10 @@ SCOPES = ("broker", "proxy", "cluster")
 MODES = ("enforce", "observe", "off")
 ENTITY_KEYS = {"user": "user", "client-id": "client_id", "ip": "ip", "topic": "topic"}
 PRODUCER_ID_ACTIONS = ("throttle", "reject")
+# What a Produce's partitions of a topic over its quota fail with (docs/topic-quotas.md):
+# NOT_ENOUGH_REPLICAS, which every client measured retries, or the truthful
+# THROTTLING_QUOTA_EXCEEDED, which librdkafka and aiokafka fail the records with.
+TOPIC_REFUSALS = ("not_enough_replicas", "throttling_quota_exceeded")
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +102,7 @@ class QuotaSettings:
     # authenticates clients (no SASL, no client certificates).
     anonymous_loopback: bool = True
     producer_ids: ProducerIdSettings = ProducerIdSettings()
+    topic_refusal: str = "not_enough_replicas"
 
     @property
     def window_ms(self) -> int:
@@ -131,11 +136,13 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
             values[key] = parse_producer_ids(value)
         elif key == "state_file":
             values[key] = file_path(full, value)
+        elif key == "topic_refusal":
+            values[key] = one_of(full, value, TOPIC_REFUSALS)
         else:
             raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
                               "exempt_principals, exempt_client_ids, max_tracked_entities, "
                               "max_connections_per_ip, state_file, alter_principals, describe_principals, "
-                              "anonymous_loopback, producer_ids)")
+                              "anonymous_loopback, producer_ids, topic_refusal)")
     return QuotaSettings(**values)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 NONE = 0
 UNKNOWN_TOPIC_OR_PARTITION = 3  # read in Metadata responses: the topic is gone
+NOT_ENOUGH_REPLICAS = 19
 CLUSTER_AUTHORIZATION_FAILED = 31
 UNSUPPORTED_SASL_MECHANISM = 33
 ILLEGAL_SASL_STATE = 34

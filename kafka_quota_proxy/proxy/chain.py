@@ -60,7 +60,7 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     # a topic's refused ones, and its fetch for what it is delivered.
     request += [ClientQuotasApi(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
                 TopicQuotaCharge(engine), QuotaCharge(engine, cluster.topic_partitions)]
-    response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata), TopicProduceRefusals(),
+    response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata), TopicProduceRefusals(engine),
                  TopicFetchSettle(engine), QuotaSettle(engine), ThrottleMerge()]
     return Pipeline(request=request, response=response)
 

@@ -12,7 +12,7 @@ from kafka.protocol.metadata import MetadataResponse
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 
 from kafka_quota_proxy.config import merge
-from kafka_quota_proxy.protocol.error_codes import THROTTLING_QUOTA_EXCEEDED
+from kafka_quota_proxy.protocol.error_codes import NOT_ENOUGH_REPLICAS, THROTTLING_QUOTA_EXCEEDED
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.proxy.cluster import Cluster
@@ -70,7 +70,7 @@ class TopicScript(Script):
         return await super().__call__(conn, header, frame)
 
 
-def two_topics(hot: int, cold: int, version: int = 7, acks: int = 1) -> Any:
+def two_topics(hot: int, cold: int, version: int = 9, acks: int = 1) -> Any:
     topic = ProduceRequest.TopicProduceData
     return ProduceRequest(version=version, transactional_id=None, acks=acks, timeout_ms=1000, topic_data=[
         topic(name=name, partition_data=[topic.PartitionProduceData(index=i, records=b"x" * size)
@@ -97,11 +97,14 @@ def test_a_produce_over_its_topic_quota_refuses_that_topic_alone() -> None:
             # Within the throttle the hot topic is refused unseen by the broker; cold goes on.
             now[0] += 1999
             second = await c.call(two_topics(hot=10, cold=10))
-            assert errors(second) == {COLD: [0, 0], HOT: [THROTTLING_QUOTA_EXCEEDED] * 2}
+            # NOT_ENOUGH_REPLICAS by default: the one error every client measured retries.
+            assert errors(second) == {COLD: [0, 0], HOT: [NOT_ENOUGH_REPLICAS] * 2}
             assert second.throttle_time_ms == 0
             # A request of the hot topic alone is answered by the proxy itself.
             alone = await c.call(two_topics(hot=10, cold=0))
-            assert errors(alone) == {HOT: [THROTTLING_QUOTA_EXCEEDED] * 2}
+            assert errors(alone) == {HOT: [NOT_ENOUGH_REPLICAS] * 2}
+            assert {p.error_message for t in alone.responses for p in t.partition_responses} == {
+                "The topic's producer_byte_rate quota at the proxy is exceeded; retry later: hot"}
             assert script.produced == [[HOT, COLD], [COLD]]
             # Once the throttle is over the topic is written again.
             now[0] += 1
@@ -122,6 +125,21 @@ def test_a_produce_over_its_topic_quota_refuses_that_topic_alone() -> None:
             # No Metadata has named the topic's leaders: one broker known, so the whole quota.
             assert metric(h, "kafka_quota_proxy_topic_quota_share", **share) == QUOTA
             assert metric(h, "kafka_quota_proxy_topic_byte_rate", **share) == 12_020 / 10
+            c.close()
+    run(scenario())
+
+
+def test_the_refusal_error_is_a_setting() -> None:
+    script = TopicScript()
+
+    async def scenario() -> None:
+        async with running(script, quota={"topic_refusal": "throttling_quota_exceeded"},
+                           quotas=[{"topic": HOT, "producer_byte_rate": QUOTA}]) as h:
+            freeze(h)
+            c = await connect(h)
+            await c.call(two_topics(hot=6000, cold=10, version=9))
+            second = await c.call(two_topics(hot=10, cold=10, version=9))
+            assert errors(second) == {COLD: [0, 0], HOT: [THROTTLING_QUOTA_EXCEEDED] * 2}
             c.close()
     run(scenario())
 

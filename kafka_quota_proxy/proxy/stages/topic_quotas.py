@@ -2,8 +2,8 @@
 
 Produce: a topic's bytes are charged as the request arrives, from its partitions' record sizes.
 The request that takes a topic over its budget passes, as on Kafka, and the topic is refused for
-the throttle that follows: the partitions of a refused topic are answered with
-`TOPIC_REFUSAL` without reaching the broker, while the request's other topics go through. The
+the throttle that follows: the partitions of a refused topic are answered with the error of
+`quota.topic_refusal` without reaching the broker, while the request's other topics go through. The
 client retries the refused batches after its retry backoff. No throttle_time_ms is written and
 the connection is not muted for a topic: a client that honours throttle_time_ms (KIP-219) would
 hold back every topic it writes to that broker, and the quota is the topic's, not the client's.
@@ -23,7 +23,7 @@ from __future__ import annotations
 from kafka.protocol.producer.produce import ProduceResponse
 
 from kafka_quota_proxy.protocol.api_keys import FETCH, PRODUCE
-from kafka_quota_proxy.protocol.error_codes import THROTTLING_QUOTA_EXCEEDED
+from kafka_quota_proxy.protocol.error_codes import NOT_ENOUGH_REPLICAS, THROTTLING_QUOTA_EXCEEDED
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
 from kafka_quota_proxy.protocol.messages import encode_body
@@ -40,11 +40,13 @@ from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of
 
-# What a refused topic's partitions fail with. The choice and what each client does with it:
-# docs/topic-quotas.md.
-TOPIC_REFUSAL = THROTTLING_QUOTA_EXCEEDED
+# What a refused topic's partitions fail with, by `quota.topic_refusal`. The choice and what each
+# client does with it (bench/produce_refusal_clients.py): docs/topic-quotas.md.
+TOPIC_REFUSALS = {"not_enough_replicas": NOT_ENOUGH_REPLICAS,
+                  "throttling_quota_exceeded": THROTTLING_QUOTA_EXCEEDED}
 PRODUCE_TYPE, FETCH_TYPE = "topic_produce", "topic_fetch"  # the throttle metrics' quota_type
-REFUSED_MESSAGE = "The topic's producer_byte_rate quota is exceeded; retry later"
+# Whatever the code says, the message (Produce v8+) tells the truth.
+REFUSED_MESSAGE = "The topic's producer_byte_rate quota at the proxy is exceeded; retry later"
 
 
 def _count(engine: QuotaEngine, quota_type: str, topic: str, throttle_ms: int, now: int) -> None:
@@ -113,7 +115,7 @@ class TopicQuotaCharge(RequestStage):
             names = sorted({_name(engine, t.name, t.topic_id) or "?" for t in layout.topics})
             message = f"{REFUSED_MESSAGE}: {', '.join(names)}"
             request = ctx.decode_request()
-            return Reply(refusal(request, ctx.api_version, TOPIC_REFUSAL, message, ctx.throttle_ms))
+            return Reply(refusal(request, ctx.api_version, refusal_code(engine), message, ctx.throttle_ms))
         keep = [i for i in range(len(layout.topics)) if i not in set(refused)]
         ctx.replaced = produce_without(ctx.frame, ctx.header.body_offset, ctx.api_version, layout, keep)
         ctx.refused_topics = [
@@ -128,11 +130,18 @@ def _name(engine: QuotaEngine, name: str | None, topic_id: bytes | None) -> str 
     return engine.leadership.name_of(topic_id) if topic_id is not None else None
 
 
+def refusal_code(engine: QuotaEngine) -> int:
+    return TOPIC_REFUSALS[engine.settings.topic_refusal]
+
+
 class TopicProduceRefusals(ResponseStage):
-    """Adds the refused topics' partitions, failed with TOPIC_REFUSAL, to the broker's answer to
-    the rest of the request."""
+    """Adds the refused topics' partitions, failed with `quota.topic_refusal`'s error, to the
+    broker's answer to the rest of the request."""
 
     api_keys = frozenset({PRODUCE})
+
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
         return ctx.refused_topics is not None
@@ -144,11 +153,12 @@ class TopicProduceRefusals(ResponseStage):
         topic = ProduceResponse.TopicProduceResponse
         part = topic.PartitionProduceResponse
         message = REFUSED_MESSAGE
+        code = refusal_code(self.engine)
         for key, partitions in ctx.refused_topics:
             msg.responses.append(topic(
                 name=key if isinstance(key, str) else None,
                 topic_id=key if isinstance(key, bytes) and version >= 13 else None,
-                partition_responses=[part(index=p, error_code=TOPIC_REFUSAL, base_offset=-1,
+                partition_responses=[part(index=p, error_code=code, base_offset=-1,
                                           log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
                                           error_message=message, current_leader=None)
                                      for p in partitions]))
