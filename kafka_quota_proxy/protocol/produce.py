@@ -110,6 +110,23 @@ def producer_ids(frame: memoryview, body_offset: int, version: int) -> list[int]
     return ids
 
 
+PRODUCER_EPOCH_AT = 51  # int16, after the producer id
+BASE_SEQUENCE_AT = 53  # int32
+
+
+def batch_sequence(frame: memoryview, records_at: int) -> tuple[int, int, int] | None:
+    """(producer id, producer epoch, base sequence) of the first record batch at `records_at`
+    in `frame`, if it is an idempotent batch (magic 2, producer id >= 0); else None."""
+    if records_at < 0 or len(frame) < records_at + BATCH_HEADER or frame[records_at + MAGIC_AT] != 2:
+        return None
+    (pid,) = INT64.unpack_from(frame, records_at + PRODUCER_ID_AT)
+    if pid < 0:
+        return None
+    (epoch,) = INT16.unpack_from(frame, records_at + PRODUCER_EPOCH_AT)
+    (sequence,) = INT32.unpack_from(frame, records_at + BASE_SEQUENCE_AT)
+    return int(pid), int(epoch), int(sequence)
+
+
 def refusal(request: Any, version: int, error_code: int, message: str, throttle_ms: int) -> bytes:
     """A ProduceResponse body failing every partition of a decoded `request` with `error_code`
     (and `message`, from v8), carrying `throttle_ms` (from v1)."""

@@ -56,6 +56,9 @@ class ProduceTopic:
     partitions: tuple[int, ...]  # partition indexes, in the request's order
     start: int  # the entry spans frame[start:end]
     end: int
+    # Where each partition's record bytes begin in the frame, parallel to `partitions`; -1 for a
+    # null or empty records field. What an idempotent batch's sequence is read from.
+    records_at: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -197,11 +200,13 @@ def produce_layout(frame: memoryview, body_offset: int, version: int) -> Produce
         name, topic_id, pos = _topic(frame, pos, flexible, by_id)
         n, pos = _count(frame, pos, flexible, False, "partition_data")
         indexes: list[int] = []
+        records_at: list[int] = []
         size = 0
         for _ in range(n):
             need(frame, pos, 4)
             indexes.append(INT32.unpack_from(frame, pos)[0])
             length, pos = _records(frame, pos + 4, flexible)
+            records_at.append(pos if length > 0 else -1)
             pos += length
             size += length
             if flexible:
@@ -211,7 +216,7 @@ def produce_layout(frame: memoryview, body_offset: int, version: int) -> Produce
                     pos = skip_tagged_fields(frame, pos)
         if flexible:
             pos = skip_tagged_fields(frame, pos)
-        topics.append(ProduceTopic(name, topic_id, size, tuple(indexes), start, pos))
+        topics.append(ProduceTopic(name, topic_id, size, tuple(indexes), start, pos, tuple(records_at)))
     if flexible:
         skip_tagged_fields(frame, pos)  # kept as they are, but they must be there
     return ProduceLayout(count_at, count_end, topics, pos)

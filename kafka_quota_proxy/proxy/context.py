@@ -65,6 +65,10 @@ class ConnectionInfo:
     metered: bool = False  # counted in the usage log's `connections` (at its first request)
     # ChargeHandle by quota manager: this connection's way to its sensors, kept
     charge_handles: dict[object, ChargeHandle] = field(default_factory=dict)
+    # Topic quotas: per (topic, partition), the first idempotent batch refused on this connection
+    # (producer id, epoch, base sequence) and when; until its retry comes, later batches of the
+    # partition are refused too, or they would reach the broker out of sequence.
+    refused_batches: dict[tuple[str, int], tuple[int, int, int, int]] | None = None
 
     def set_address(self, ip: str, port: int) -> None:
         self.ip = ip

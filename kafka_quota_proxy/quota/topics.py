@@ -8,7 +8,8 @@ the traffic goes to; measured for the whole proxy (scopes `proxy` and `cluster`)
 The rate, the window and the throttle formula are Kafka's, as for every quota here.
 
 What a throttle does is the stages' business (proxy/stages/topic_quotas.py): a Fetch answers the
-topic's partitions empty, a Produce refuses them. This module only measures and decides.
+topic's partitions empty (`record`, then `unrecord`, as Kafka takes back a throttled fetch), a
+Produce refuses them (`admit`). This module only measures and decides.
 """
 
 from __future__ import annotations
@@ -122,7 +123,6 @@ class TopicQuotaManager:
         self._version = -1
         self._quotas: dict[str, float] = {}
         self._default: float | None = None
-        self._muted: dict[str, float] = {}  # topic -> time its throttle ends (Produce refusals)
 
     @property
     def enabled(self) -> bool:
@@ -198,21 +198,31 @@ class TopicQuotaManager:
         stat = self.sensors.get(self._sensor_key(topic), now_ms)
         return 0.0 if stat is None else stat.measure(now_ms)  # type: ignore[attr-defined]
 
-    # -- Produce: a throttle refuses the topic until it is over ---------------------------------
-
-    def mute(self, topic: str, until_ms: float) -> None:
-        if until_ms > self._muted.get(topic, 0.0):
-            self._muted[topic] = until_ms
-
-    def muted_ms(self, topic: str, now_ms: float) -> int:
-        """How much longer the topic's writes are refused here (0: not muted)."""
-        until = self._muted.get(topic)
-        if until is None:
-            return 0
-        if until <= now_ms:
-            del self._muted[topic]
-            return 0
-        return int(until - now_ms + 0.999)
+    def admit(self, topic: str, size: float, now_ms: float, refuse: bool = True) -> TopicCharge:
+        """A Produce's bytes of the topic: taken while the topic's rate is within its bound,
+        refused (not recorded) while it is over. The bytes that take the rate over pass, as on
+        Kafka, and the next are refused until the rate is back within the bound: each request
+        is judged on the rate itself, not on a mute of Kafka's predicted length, so a topic that
+        comes back under its bound takes bytes at once. `throttle_ms` of a refusal is Kafka's
+        throttle for the rate as it stands (the wait it predicts), at least 1 ms. With
+        `refuse` False (observe mode; acks=0, which cannot be refused) over-bound bytes are
+        recorded and only reported."""
+        bound = self.bound(topic)
+        if bound is None:
+            return UNLIMITED
+        rate = self._rate(topic, now_ms)
+        if rate is None:
+            return UNLIMITED  # entity cap reached: not measured, so not refused
+        if not rate.surely_within(bound, now_ms):
+            measured = rate.measure(now_ms)
+            if measured > bound:
+                throttle = max(rate_throttle_time_ms(rate, measured, bound, now_ms, None), 1)
+                if refuse:
+                    return TopicCharge(min(throttle, INT_MAX), bound)
+                rate.record(size, now_ms)
+                return TopicCharge(min(throttle, INT_MAX), bound)
+        rate.record(size, now_ms)
+        return TopicCharge(0, bound)
 
     def topics(self, now_ms: float) -> list[tuple[str, Rate]]:
         """The topics measured here and their rates, for the metrics."""

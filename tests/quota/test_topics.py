@@ -144,15 +144,33 @@ def test_unrecord_takes_back_bytes_not_delivered() -> None:
     assert m.record("orders", 5000, 0).throttle_ms == 0
 
 
-def test_a_muted_topic_counts_down_to_zero() -> None:
+def test_admit_takes_bytes_while_within_and_refuses_them_while_over() -> None:
     m = manager(QuotaStore({T("orders"): {P: 500.0}}), Leadership(), None)
-    assert m.muted_ms("orders", 0) == 0
-    m.mute("orders", 2000)
-    m.mute("orders", 1500)  # a shorter throttle does not shorten the one in force
-    assert m.muted_ms("orders", 0) == 2000
-    assert m.muted_ms("orders", 1999.5) == 1
-    assert m.muted_ms("orders", 2000) == 0
-    assert m.muted_ms("other", 0) == 0
+    # The bytes that take the rate over pass, as on Kafka: 6000 B over the fresh 10 s window.
+    assert m.admit("orders", 6000, 0).throttle_ms == 0
+    # Over now (600 B/s): refused, not recorded, with Kafka's throttle for the rate as it is.
+    refused = m.admit("orders", 10, 0)
+    assert (refused.throttle_ms, refused.bound) == (2000, 500.0)
+    assert m.measure("orders", 0) == 600.0
+    # Still over 2 s later: the fresh window is still 10 s, so the rate is what it was.
+    assert m.admit("orders", 10, 2000).throttle_ms == 2000
+    # Once the burst's sample has aged out of the 11 s the rate covers, bytes are taken at once.
+    assert m.admit("orders", 10, 11_000).throttle_ms == 0
+    assert m.measure("orders", 11_000) == 1.0
+
+
+def test_admit_without_refusing_records_and_reports() -> None:
+    # Observe mode, and acks=0, which cannot be refused: the bytes count, the throttle is told.
+    m = manager(QuotaStore({T("orders"): {P: 500.0}}), Leadership(), None)
+    m.admit("orders", 6000, 0)
+    assert m.admit("orders", 1000, 0, refuse=False).throttle_ms == 2000
+    assert m.measure("orders", 0) == 700.0
+
+
+def test_admit_of_a_topic_without_a_quota() -> None:
+    m = manager(QuotaStore({T("orders"): {P: 500.0}}), Leadership(), None)
+    assert m.admit("other", 10**9, 0).throttle_ms == 0
+    assert len(m.sensors) == 0
 
 
 def test_topic_quotas_are_sticky_per_key_and_leave_client_flags_alone() -> None:

@@ -1,10 +1,10 @@
 """Topic quotas at the proxy (quota/topics.py measures and decides; docs/topic-quotas.md).
 
 Produce: a topic's bytes are charged as the request arrives, from its partitions' record sizes.
-The request that takes a topic over its budget passes, as on Kafka, and the topic is refused for
-the throttle that follows: the partitions of a refused topic are answered with the error of
-`quota.topic_refusal` without reaching the broker, while the request's other topics go through. The
-client retries the refused batches after its retry backoff. No throttle_time_ms is written and
+The request that takes a topic over its budget passes, as on Kafka, and the topic is refused
+while its rate stays over: the partitions of a refused topic are answered with the error of
+`quota.topic_refusal` without reaching the broker, while the request's other topics go through.
+The client retries the refused batches after its retry backoff. No throttle_time_ms is written and
 the connection is not muted for a topic: a client that honours throttle_time_ms (KIP-219) would
 hold back every topic it writes to that broker, and the quota is the topic's, not the client's.
 With acks=0 nothing can be refused without losing records, so such a request passes and its
@@ -28,14 +28,14 @@ from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
 from kafka_quota_proxy.protocol.messages import encode_body
 from kafka_quota_proxy.protocol.pieces import Pieces
-from kafka_quota_proxy.protocol.produce import refusal
+from kafka_quota_proxy.protocol.produce import batch_sequence, refusal
 from kafka_quota_proxy.protocol.topic_bytes import (
     fetch_emptied,
     fetch_topics,
     produce_layout,
     produce_without,
 )
-from kafka_quota_proxy.proxy.context import RequestContext
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of
@@ -89,27 +89,30 @@ class TopicQuotaCharge(RequestStage):
         enforcing = engine.enforcing
         refused: list[int] = []
         longest = 0
+        # acks=0 cannot be refused without losing records unseen: its bytes pass and count.
+        refuse = enforcing and ctx.expects_response
         for index, topic in enumerate(layout.topics):
             name = _name(engine, topic.name, topic.topic_id)
             if name is None:
                 continue  # an id no Metadata has named yet: not measured
-            wait = manager.muted_ms(name, now) if enforcing else 0
-            if wait:
+            batches = [batch_sequence(ctx.frame, at) for at in topic.records_at]
+            if refuse and _out_of_turn(ctx.conn, name, topic.partitions, batches, now):
+                _count(engine, PRODUCE_TYPE, name, 0, now)
                 refused.append(index)
-                longest = max(longest, wait)
-                _count(engine, PRODUCE_TYPE, name, wait, now)
                 continue
-            charge = manager.record(name, topic.size, now)
+            charge = manager.admit(name, topic.size, now, refuse)
             if charge.throttle_ms:
                 _count(engine, PRODUCE_TYPE, name, charge.throttle_ms, now)
-                if enforcing:
-                    manager.mute(name, now + charge.throttle_ms)
+                longest = max(longest, charge.throttle_ms)
+                if refuse:
+                    refused.append(index)
+                    _remember(ctx.conn, name, topic.partitions, batches, now)
+            elif ctx.conn.refused_batches:
+                for partition in topic.partitions:
+                    ctx.conn.refused_batches.pop((name, partition), None)
+        if enforcing and not ctx.expects_response and longest:
+            ctx.throttle_ms = max(ctx.throttle_ms, longest)  # the connection waits instead
         if not refused:
-            return None
-        if not ctx.expects_response:
-            # acks=0: a refusal would lose the records unseen; they pass, and the connection
-            # waits out the throttle instead.
-            ctx.throttle_ms = max(ctx.throttle_ms, longest)
             return None
         if len(refused) == len(layout.topics):
             names = sorted({_name(engine, t.name, t.topic_id) or "?" for t in layout.topics})
@@ -122,6 +125,43 @@ class TopicQuotaCharge(RequestStage):
             (t.name if t.name is not None else t.topic_id or b"", t.partitions)
             for t in (layout.topics[i] for i in refused)]
         return None
+
+
+# A refused batch whose retry has not come for this long no longer holds its partition back (a
+# client that gave up on it, or restarted its sequence some way not seen here).
+REFUSED_BATCH_EXPIRY_MS = 60_000
+
+Batch = tuple[int, int, int] | None  # (producer id, epoch, base sequence) of an idempotent batch
+
+
+def _out_of_turn(conn: ConnectionInfo, topic: str, partitions: tuple[int, ...], batches: list[Batch],
+                 now: int) -> bool:
+    """Whether some partition carries an idempotent batch later than one refused before on this
+    connection and not yet retried: taken, it would reach the broker out of sequence (the
+    broker then answers OUT_OF_ORDER_SEQUENCE_NUMBER; Tansu fences the producer)."""
+    held = conn.refused_batches
+    if not held:
+        return False
+    for partition, batch in zip(partitions, batches, strict=True):
+        first = held.get((topic, partition))
+        if first is None or batch is None:
+            continue
+        pid, epoch, sequence, at = first
+        if now - at >= REFUSED_BATCH_EXPIRY_MS or (pid, epoch) != batch[:2]:
+            del held[(topic, partition)]  # expired, or another producer session: forget it
+        elif batch[2] != sequence:
+            return True
+    return False
+
+
+def _remember(conn: ConnectionInfo, topic: str, partitions: tuple[int, ...], batches: list[Batch],
+              now: int) -> None:
+    """Keep the first refused idempotent batch of each partition, to hold later ones back."""
+    for partition, batch in zip(partitions, batches, strict=True):
+        if batch is not None:
+            if conn.refused_batches is None:
+                conn.refused_batches = {}
+            conn.refused_batches.setdefault((topic, partition), (*batch, now))
 
 
 def _name(engine: QuotaEngine, name: str | None, topic_id: bytes | None) -> str | None:
