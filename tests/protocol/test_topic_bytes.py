@@ -431,3 +431,30 @@ ONE_TOPIC_ONE_PARTITION = b"\x00\x00\x00\x01" + b"\x00\x00" + b"\x00\x00\x00\x01
 def test_malformed_fetch_bodies(body: bytes, version: int, message: str) -> None:
     with pytest.raises(MalformedMessage, match=message):
         fetch_topics(memoryview(body), version)
+
+
+def test_records_at_finds_each_idempotent_batch_sequence() -> None:
+    from kafka.protocol.producer.produce import ProduceRequest as Request
+    from kafka.record.memory_records import MemoryRecordsBuilder as Builder
+
+    from kafka_quota_proxy.protocol.produce import batch_sequence
+
+    def batch(pid: int, sequence: int) -> bytes:
+        b = Builder(magic=2, compression_type=0, batch_size=10**6)
+        if pid >= 0:
+            b.set_producer_state(pid, 3, sequence, False)
+        b.append(timestamp=0, key=None, value=b"v", headers=[])
+        b.close()
+        return bytes(b.buffer())
+
+    t = Request.TopicProduceData
+    partitions = [t.PartitionProduceData(index=0, records=batch(7, 40)),
+                  t.PartitionProduceData(index=1, records=batch(-1, 0)),
+                  t.PartitionProduceData(index=2, records=None)]
+    msg = Request(version=9, transactional_id=None, acks=-1, timeout_ms=1,
+                  topic_data=[t(name="a", partition_data=partitions)])
+    body = bytes(msg.encode(version=9))
+    frame = memoryview(b"\0" * 4 + body)
+    (topic,) = produce_layout(frame, 4, 9).topics
+    assert [batch_sequence(frame, at) for at in topic.records_at] == [(7, 3, 40), None, None]
+    assert topic.records_at[2] == -1
