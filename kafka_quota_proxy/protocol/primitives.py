@@ -49,6 +49,18 @@ def skip_tagged_fields(buf: memoryview | bytes, pos: int) -> int:
     return pos
 
 
+def read_length(buf: memoryview | bytes, pos: int, compact: bool,
+                fixed: struct.Struct = INT32) -> tuple[int, int]:
+    """A length or count prefix: a compact one (unsigned varint, length + 1, so null is -1) in
+    flexible versions, else `fixed` (INT16 for strings, INT32 for arrays and bytes). Returns
+    (length, position after it); the caller judges a negative one."""
+    if compact:
+        n, pos = read_uvarint(buf, pos)
+        return n - 1, pos
+    need(buf, pos, fixed.size)
+    return int(fixed.unpack_from(buf, pos)[0]), pos + fixed.size
+
+
 def need(buf: memoryview | bytes, pos: int, n: int) -> None:
     if pos + n > len(buf):
         raise TruncatedMessage(f"needs {n} bytes at offset {pos}, message has {len(buf)}")

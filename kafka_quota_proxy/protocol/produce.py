@@ -8,7 +8,15 @@ from typing import Any
 from kafka.protocol.producer.produce import ProduceResponse
 
 from kafka_quota_proxy.protocol.errors import MalformedMessage
-from kafka_quota_proxy.protocol.primitives import INT16, INT32, INT64, need, read_uvarint, skip_tagged_fields
+from kafka_quota_proxy.protocol.primitives import (
+    INT16,
+    INT32,
+    INT64,
+    need,
+    read_length,
+    read_uvarint,
+    skip_tagged_fields,
+)
 
 
 def produce_acks(frame: memoryview, body_offset: int, version: int) -> int:
@@ -37,13 +45,7 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: batchLength counts the bytes afte
 
 
 def _skip_string(frame: memoryview, pos: int, compact: bool) -> int:
-    if compact:
-        n, pos = read_uvarint(frame, pos)
-        n -= 1
-    else:
-        need(frame, pos, 2)
-        (n,) = INT16.unpack_from(frame, pos)
-        pos += 2
+    n, pos = read_length(frame, pos, compact, INT16)
     if n > 0:
         need(frame, pos, n)
         pos += n
@@ -51,11 +53,7 @@ def _skip_string(frame: memoryview, pos: int, compact: bool) -> int:
 
 
 def _array_length(frame: memoryview, pos: int, compact: bool) -> tuple[int, int]:
-    if compact:
-        n, pos = read_uvarint(frame, pos)
-        return n - 1, pos
-    need(frame, pos, 4)
-    return int(INT32.unpack_from(frame, pos)[0]), pos + 4
+    return read_length(frame, pos, compact)
 
 
 def record_sets(frame: memoryview, body_offset: int, version: int) -> Iterator[memoryview]:

@@ -29,6 +29,7 @@ from kafka_quota_proxy.protocol.primitives import (
     INT32,
     encode_uvarint,
     need,
+    read_length,
     read_uvarint,
     skip_tagged_fields,
 )
@@ -108,13 +109,7 @@ class FetchLayout:
 
 def _count(buf: memoryview, pos: int, compact: bool, nullable: bool, name: str) -> tuple[int, int]:
     """An array's count (0 for a null one, where allowed) and the position after it."""
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        need(buf, pos, 4)
-        (n,) = INT32.unpack_from(buf, pos)
-        pos += 4
+    n, pos = read_length(buf, pos, compact)
     if n < 0:
         if n != -1:
             raise MalformedMessage(f"{name}: array length {n}")
@@ -128,13 +123,7 @@ def _count(buf: memoryview, pos: int, compact: bool, nullable: bool, name: str) 
 
 def _records(buf: memoryview, pos: int, compact: bool) -> tuple[int, int]:
     """A (nullable) records field: the length of its record bytes (0 if null) and where they start."""
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        need(buf, pos, 4)
-        (n,) = INT32.unpack_from(buf, pos)
-        pos += 4
+    n, pos = read_length(buf, pos, compact)
     if n < 0:
         if n != -1:
             raise MalformedMessage(f"records: length {n}")
@@ -148,13 +137,7 @@ def _topic(buf: memoryview, pos: int, compact: bool, by_id: bool) -> tuple[str |
     if by_id:
         need(buf, pos, UUID_SIZE)
         return None, bytes(buf[pos : pos + UUID_SIZE]), pos + UUID_SIZE
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        need(buf, pos, 2)
-        (n,) = INT16.unpack_from(buf, pos)
-        pos += 2
+    n, pos = read_length(buf, pos, compact, INT16)
     if n < 0:
         raise MalformedMessage(f"topic name: length {n}")
     need(buf, pos, n)
@@ -167,13 +150,7 @@ def _topic(buf: memoryview, pos: int, compact: bool, by_id: bool) -> tuple[str |
 
 def _skip_string(buf: memoryview, pos: int, compact: bool) -> int:
     """A nullable string (the transactional_id)."""
-    if compact:
-        n, pos = read_uvarint(buf, pos)
-        n -= 1
-    else:
-        need(buf, pos, 2)
-        (n,) = INT16.unpack_from(buf, pos)
-        pos += 2
+    n, pos = read_length(buf, pos, compact, INT16)
     if n < -1:
         raise MalformedMessage(f"transactional_id: length {n}")
     n = max(n, 0)

@@ -167,15 +167,22 @@ class TopicQuotaManager:
         make, key = self.stats.rate, self._sensor_key(topic)
         return self.sensors.get_or_create(key, now_ms, lambda: make(key))
 
+    def _bounded_rate(self, topic: str, now_ms: float) -> tuple[Rate, float] | None:
+        """The topic's rate and bound; None when it has no quota, or the entity cap left it
+        unmeasured (then it is not held either)."""
+        bound = self.bound(topic)
+        if bound is None:
+            return None
+        rate = self._rate(topic, now_ms)
+        return None if rate is None else (rate, bound)
+
     def record(self, topic: str, size: float, now_ms: float) -> TopicCharge:
         """Record `size` bytes of the topic and decide, as ClientQuotaManager does for a client:
         over the bound after recording is a throttle of Kafka's formula."""
-        bound = self.bound(topic)
-        if bound is None:
+        found = self._bounded_rate(topic, now_ms)
+        if found is None:
             return UNLIMITED
-        rate = self._rate(topic, now_ms)
-        if rate is None:
-            return UNLIMITED  # entity cap reached: not measured, so not throttled
+        rate, bound = found
         rate.record(size, now_ms)
         if rate.surely_within(bound, now_ms):
             return TopicCharge(0, bound)
@@ -207,22 +214,19 @@ class TopicQuotaManager:
         throttle for the rate as it stands (the wait it predicts), at least 1 ms. With
         `refuse` False (observe mode; acks=0, which cannot be refused) over-bound bytes are
         recorded and only reported."""
-        bound = self.bound(topic)
-        if bound is None:
+        found = self._bounded_rate(topic, now_ms)
+        if found is None:
             return UNLIMITED
-        rate = self._rate(topic, now_ms)
-        if rate is None:
-            return UNLIMITED  # entity cap reached: not measured, so not refused
+        rate, bound = found
+        throttle = 0
         if not rate.surely_within(bound, now_ms):
             measured = rate.measure(now_ms)
             if measured > bound:
-                throttle = max(rate_throttle_time_ms(rate, measured, bound, now_ms, None), 1)
+                throttle = min(max(rate_throttle_time_ms(rate, measured, bound, now_ms, None), 1), INT_MAX)
                 if refuse:
-                    return TopicCharge(min(throttle, INT_MAX), bound)
-                rate.record(size, now_ms)
-                return TopicCharge(min(throttle, INT_MAX), bound)
+                    return TopicCharge(throttle, bound)
         rate.record(size, now_ms)
-        return TopicCharge(0, bound)
+        return TopicCharge(throttle, bound)
 
     def topics(self, now_ms: float) -> list[tuple[str, Rate]]:
         """The topics measured here and their rates, for the metrics."""
