@@ -1,8 +1,9 @@
 """Reading the usage log: JSON Lines, plain and gzipped, under an explicit schema made from
-quota/usage.py (version 1).
+quota/usage.py (versions 1 and 2; version 1 has no `topics`).
 
 Bad, cut-short or other-version lines are counted and skipped, never fatal; the result is one
-flat row per record. The rules: docs/analytics.md.
+flat row per record, its bytes per topic kept as one map column (`topic_rows` makes them rows).
+The rules: docs/analytics.md.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DoubleType, LongType, StringType, StructField, StructType
+from pyspark.sql.types import DoubleType, LongType, MapType, StringType, StructField, StructType
 
 from kafka_quota_proxy.quota import usage
 
@@ -26,8 +27,9 @@ class UsageInputError(ValueError):
 
 
 def usage_schema() -> StructType:
-    """The version-1 record as Spark reads it. Counters are read as doubles, so that a writer
-    spelling a whole number `5.0` is not turned away; identity and time are exact types."""
+    """The record (version 2, which reads version 1 too) as Spark reads it. Counters are read as
+    doubles, so that a writer spelling a whole number `5.0` is not turned away; identity and time
+    are exact types."""
     def group(names: tuple[str, ...]) -> StructType:
         return StructType([StructField(n, DoubleType()) for n in names])
 
@@ -43,6 +45,7 @@ def usage_schema() -> StructType:
         StructField("throttle_ms", group(usage.THROTTLE_TYPES)),
         StructField("throttled", group(usage.THROTTLE_TYPES)),
         StructField("quotas", group(tuple(k.value for k in usage.QUOTA_KEYS))),
+        StructField("topics", MapType(StringType(), group(usage.TOPIC_COUNTERS))),
         StructField(CORRUPT, StringType()),
     ])
 
@@ -72,7 +75,7 @@ def read_raw(spark: SparkSession, path: str) -> DataFrame:
 
 def is_bad(raw: DataFrame) -> Column:
     """A line that cannot be used: unparsable, of another version, or not saying whose and when."""
-    bad = (raw[CORRUPT].isNotNull() | (raw["v"] != usage.VERSION) | (raw["interval_s"] <= 0)
+    bad = (raw[CORRUPT].isNotNull() | ~raw["v"].isin(*usage.READABLE_VERSIONS) | (raw["interval_s"] <= 0)
            | (raw["start_ms"] < 0))
     for name in REQUIRED:
         bad = bad | raw[name].isNull()
@@ -97,7 +100,18 @@ def flatten(records: DataFrame) -> DataFrame:
     columns += [_count(col(f"throttled.{t}")).cast(LongType()).alias(f"throttled_{t}")
                 for t in usage.THROTTLE_TYPES]
     columns += [col(f"quotas.{k.value}").alias(f"quota_{k.value}") for k in usage.QUOTA_KEYS]
+    columns.append(col("topics"))
     return records.select(*columns)
+
+
+def topic_rows(records: DataFrame) -> DataFrame:
+    """One row per record and topic: the tenant, the interval and the topic's byte counts.
+    A record without topics (version 1, or `usage_log.topics` off) gives none."""
+    exploded = records.select("user", "client_id", "instance", "start_ms", "interval_s",
+                              F.explode("topics").alias("topic", "counts"))
+    return exploded.select("user", "client_id", "instance", "start_ms", "interval_s", "topic",
+                           *(_count(F.col(f"counts.{c}")).cast(LongType()).alias(c)
+                             for c in usage.TOPIC_COUNTERS))
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,8 @@
                                               # default: <host name>-<listen port>
       max_tenants: 100000                     # tenants kept per interval; the rest are counted
       queue_intervals: 360                    # intervals waiting for the writer (an hour)
+      topics: false                           # also each tenant's bytes per topic (costs a walk
+                                              # of every Produce and Fetch: docs/usage-log.md)
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class UsageLogSettings:
     instance: str | None = None
     max_tenants: int = 100_000
     queue_intervals: int = 360
+    topics: bool = False
 
 
 def parse_usage_log(raw: Any) -> UsageLogSettings | None:
@@ -53,9 +56,13 @@ def parse_usage_log(raw: Any) -> UsageLogSettings | None:
                 raise ConfigError(full, "expected 1-100 letters, digits, '.', '_' or '-' "
                                         "(it is part of file names)")
             values[key] = value
+        elif key == "topics":
+            if not isinstance(value, bool):
+                raise ConfigError(full, f"expected true or false, got {value!r}")
+            values[key] = value
         else:
             raise ConfigError(full, "unknown key (known: dir, interval_seconds, instance, max_tenants, "
-                                    "queue_intervals)")
+                                    "queue_intervals, topics)")
     if "dir" not in values:
         raise ConfigError("usage_log.dir", "required: where to write the usage log")
     return UsageLogSettings(**values)

@@ -34,6 +34,7 @@ from kafka_quota_proxy.proxy.stages.topic_quotas import (
     TopicProduceRefusals,
     TopicQuotaCharge,
 )
+from kafka_quota_proxy.proxy.stages.topic_usage import FetchTopicBytes, ProduceTopicBytes
 from kafka_quota_proxy.proxy.stages.well_formed import WellFormed
 
 # A response ready to write: one buffer, or pieces written with writelines (no joining copy).
@@ -43,8 +44,10 @@ TERMINATED_SASL_APIS = ((SASL_HANDSHAKE, 0, 1), (SASL_AUTHENTICATE, 0, 2))
 
 
 def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: QuotaControl,
-                   engine: QuotaEngine, cluster: Cluster, access: QuotaAccess) -> Pipeline:
-    """The request and response stages, in the order a request and its response pass them."""
+                   engine: QuotaEngine, cluster: Cluster, access: QuotaAccess,
+                   topic_usage: bool = False) -> Pipeline:
+    """The request and response stages, in the order a request and its response pass them.
+    `topic_usage`: the usage log counts bytes per topic (`usage_log.topics`)."""
     terminate = isinstance(sasl, SaslTerminate)
     # A body that does not parse goes no further than the ApiVersions gate (which answers
     # versions newer than the codec, whose bodies cannot be checked).
@@ -59,9 +62,14 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     # Topic quotas before client quotas: a client is charged for the bytes that go on, not for
     # a topic's refused ones, and its fetch for what it is delivered.
     request += [ClientQuotasApi(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
-                TopicQuotaCharge(engine), QuotaCharge(engine, cluster.topic_partitions)]
+                TopicQuotaCharge(engine)]
     response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata), TopicProduceRefusals(engine),
-                 TopicFetchSettle(engine), QuotaSettle(engine), ThrottleMerge()]
+                 TopicFetchSettle(engine)]
+    if topic_usage:  # after the topic quotas, which count what they measure themselves
+        request.append(ProduceTopicBytes(engine.leadership))
+        response.append(FetchTopicBytes(engine.leadership))
+    request.append(QuotaCharge(engine, cluster.topic_partitions))
+    response += [QuotaSettle(engine), ThrottleMerge()]
     return Pipeline(request=request, response=response)
 
 

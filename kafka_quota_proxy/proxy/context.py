@@ -108,6 +108,9 @@ class RequestContext:
     # Produce's refused topics, (topic name or id, partition indexes), for its response.
     topic_quota: ScopeManagers | None = None
     refused_topics: list[tuple[str | bytes, tuple[int, ...]]] | None = None
+    # A Produce's or a Fetch response's record bytes per topic, (topic, bytes that went on,
+    # bytes refused by the topic's quota), when a stage walked them: for the usage log.
+    topic_bytes: list[tuple[str, int, int]] | None = None
 
     @property
     def api_key(self) -> int:

@@ -97,8 +97,9 @@ class Proxy:
             self.metrics.registry.register(StoreCollector(self.store_sync, self.engine.clock))
         self.metrics.registry.register(QuotaCollector(self.engine, lambda: self._loop))
         self.sasl_stage = self._sasl_stage(settings)
+        topic_usage = settings.usage_log is not None and settings.usage_log.topics
         self.pipeline = build_pipeline(self.sasl_stage, self.quota_control, self.engine, self.cluster,
-                                       self.quota_access)
+                                       self.quota_access, topic_usage=topic_usage)
         self.usage: UsageMeter | None = None
         if settings.usage_log is not None:
             u = settings.usage_log

@@ -78,6 +78,13 @@ class Leadership:
     def name_of(self, topic_id: bytes) -> str | None:
         return self._names.get(topic_id)
 
+    def named(self, name: str | None, topic_id: bytes | None) -> str | None:
+        """A message's topic by name: its own, or its id's (v13+ name topics by id); None for an
+        id no Metadata has named yet."""
+        if name is not None:
+            return name
+        return self._names.get(topic_id) if topic_id is not None else None
+
     def partitions(self, topic: str) -> int | None:
         return self._partitions.get(topic)
 

@@ -1,7 +1,7 @@
 """The usage record: what the proxy logs per tenant and interval, and the pipeline reads.
 
 One JSON object per line, one line per active (user, client-id) per interval, every key always
-present. The format (version 1), with an example and the file layout: docs/usage-log.md.
+present. The format (version 2), with an example and the file layout: docs/usage-log.md.
 """
 
 from __future__ import annotations
@@ -61,7 +61,9 @@ from kafka_quota_proxy.protocol.api_keys import (
 )
 from kafka_quota_proxy.quota.entities import QuotaKey
 
-VERSION = 1
+VERSION = 2
+# Version 1 had no `topics`; the pipeline reads both (a missing `topics` is no topic bytes).
+READABLE_VERSIONS = (1, 2)
 
 # Requests are counted by group of API keys.
 API_GROUPS: dict[str, frozenset[int]] = {
@@ -93,6 +95,8 @@ QUOTA_KEYS = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey
 
 COUNTERS = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids", "partitions_mutated",
             "connections")
+# Per topic (usage_log.topics): record bytes written and read, and those the topic's quota refused.
+TOPIC_COUNTERS = ("produce_bytes", "fetch_bytes", "produce_refused_bytes", "fetch_refused_bytes")
 
 
 def api_group(api_key: int) -> str:
@@ -101,8 +105,10 @@ def api_group(api_key: int) -> str:
 
 def record(start_ms: int, interval_s: int, instance: str, user: str, client_id: str,
            counters: dict[str, float], requests: dict[str, int], throttle_ms: dict[str, int],
-           throttled: dict[str, int], quotas: dict[str, float | None]) -> dict[str, Any]:
-    """A complete version-1 record; missing counters and groups are 0, missing quotas null."""
+           throttled: dict[str, int], quotas: dict[str, float | None],
+           topics: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """A complete version-2 record; missing counters and groups are 0, missing quotas null.
+    `topics`: topic -> its TOPIC_COUNTERS, in that order ({} when not counted)."""
     return {
         "v": VERSION,
         "start_ms": start_ms,
@@ -115,4 +121,6 @@ def record(start_ms: int, interval_s: int, instance: str, user: str, client_id: 
         "throttle_ms": {t: throttle_ms.get(t, 0) for t in THROTTLE_TYPES},
         "throttled": {t: throttled.get(t, 0) for t in THROTTLE_TYPES},
         "quotas": {k.value: quotas.get(k.value) for k in QUOTA_KEYS},
+        "topics": {name: dict(zip(TOPIC_COUNTERS, counts, strict=True))
+                   for name, counts in (topics or {}).items()},
     }

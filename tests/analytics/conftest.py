@@ -33,7 +33,7 @@ def bad_lines() -> list[str]:
     wrong_type = {**good, "produce_bytes": "lots"}
     missing_start = {k: v for k, v in good.items() if k != "start_ms"}
     missing_user = {k: v for k, v in good.items() if k != "user"}
-    wrong_version = {**good, "v": 2}
+    wrong_version = {**good, "v": 3}
     nested_wrong_type = {**good, "requests": {**good["requests"], "fetch": "many"}}
     return [json.dumps(good)[:70], "not json at all", json.dumps(wrong_type), json.dumps(missing_start),
             json.dumps(missing_user), json.dumps(wrong_version), json.dumps(nested_wrong_type)]

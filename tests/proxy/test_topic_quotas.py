@@ -5,6 +5,7 @@ the other keeps its data; the metrics say so."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from kafka.protocol.consumer.fetch import FetchResponse
@@ -30,6 +31,7 @@ from tests.proxy.quota_support import (
     scope,
 )
 from tests.support.fake_broker import BrokerConn
+from tests.support.usage import usage_records
 
 HOT, COLD = "hot", "cold"
 QUOTA = 1000  # bytes/s: 10,000 bytes fill a fresh 10 s window
@@ -310,3 +312,65 @@ def test_the_split_follows_the_metadata_the_proxy_sees() -> None:
     cluster.observe_metadata(metadata([], error_code=3))  # deleted
     assert leadership.share(HOT, "10.0.0.1:9092") is None
     assert cluster.topic_partitions(HOT) is None
+
+
+def test_a_fetch_answered_empty_for_the_client_quota_gives_its_topics_bytes_back() -> None:
+    """A fetch the client's own consumer_byte_rate answers empty delivered nothing of any topic:
+    the topics' rates take its bytes back, as the client's does (Kafka's un-record)."""
+    script = TopicScript()
+    script.fetched = {HOT: 12_000, COLD: 500}
+
+    async def scenario() -> None:
+        async with running(script, quotas=[{"topic": HOT, "consumer_byte_rate": 10**6},
+                                           {"client-id": "c", "consumer_byte_rate": QUOTA}]) as h:
+            now = freeze(h)
+            c = await connect(h)
+            response = await c.call(fetch(version=11, max_wait_ms=500))
+            assert response.throttle_time_ms > 0
+            assert all(p.records in (b"", None) for t in response.responses for p in t.partitions)
+            assert h.proxy.engine.scope(scope(h)).topic_fetch.measure(HOT, now[0]) == 0.0
+            c.close()
+    run(scenario())
+
+
+def counts(produced: int, fetched: int, produce_refused: int, fetch_refused: int) -> dict[str, int]:
+    return {"produce_bytes": produced, "fetch_bytes": fetched, "produce_refused_bytes": produce_refused,
+            "fetch_refused_bytes": fetch_refused}
+
+
+def topic_totals(directory: Path) -> dict[str, dict[str, int]]:
+    """The records' bytes per topic summed (a run may straddle an interval boundary)."""
+    out: dict[str, dict[str, int]] = {}
+    for record in usage_records(directory, "t"):
+        for topic, counts in record["topics"].items():
+            mine = out.setdefault(topic, dict.fromkeys(counts, 0))
+            for key, value in counts.items():
+                mine[key] += value
+    return out
+
+
+def test_the_usage_log_counts_bytes_per_topic(tmp_path: Path) -> None:
+    """usage_log.topics: each tenant's record bytes per topic, taken and refused. Without a topic
+    quota (the usage stages walk the messages) and with one (its stages count for the log)."""
+    script = TopicScript()
+    script.fetched = {HOT: 700, COLD: 500}
+
+    async def scenario(directory: Path, quotas: list[dict[str, Any]]) -> None:
+        async with running(script, quotas=quotas,
+                           usage_log={"dir": str(directory), "instance": "t", "topics": True}) as h:
+            freeze(h)
+            c = await connect(h)
+            await c.call(two_topics(hot=6000, cold=10))
+            await c.call(two_topics(hot=10, cold=10))
+            await c.call(fetch(version=12))
+            await c.call(fetch(version=4))
+            c.close()
+
+    run(scenario(tmp_path / "free", []))
+    assert topic_totals(tmp_path / "free") == {HOT: counts(12_020, 1400, 0, 0), COLD: counts(40, 1000, 0, 0)}
+    # The hot topic's quota refuses the second request's 20 bytes, and every fetch of it.
+    script.fetched = {HOT: 12_000, COLD: 500}
+    held = [{"topic": HOT, "producer_byte_rate": QUOTA, "consumer_byte_rate": QUOTA}]
+    run(scenario(tmp_path / "held", held))
+    assert topic_totals(tmp_path / "held") == {HOT: counts(12_000, 0, 20, 24_000),
+                                               COLD: counts(40, 1000, 0, 0)}

@@ -97,6 +97,66 @@ def test_what_a_request_and_its_response_count(tmp_path: Path) -> None:
     assert t.request_time_ms > 0
 
 
+def test_bytes_per_topic_are_counted_only_with_usage_log_topics(tmp_path: Path) -> None:
+    """What the topic stages leave in ctx.topic_bytes, (topic, bytes on, bytes refused): Produce
+    in its request, Fetch in its response; nothing while usage_log.topics is off."""
+    for topics in (True, False):
+        m = meter(tmp_path, Clock(T0), topics=topics)
+        produce = ctx(0, b"\x00" * 20)
+        produce.topic_bytes = [("orders", 1000, 0), ("hot", 0, 800)]
+        m.request(produce)
+        again = ctx(0, b"\x00" * 20)
+        again.topic_bytes = [("hot", 800, 0)]
+        m.request(again)
+        fetch = ctx(1)
+        fetch.answered_at = fetch.sent_at = 1.0
+        fetch.topic_bytes = [("orders", 3000, 0), ("hot", 0, 5000)]
+        m.request(fetch)
+        before = {"orders": [1000, 0, 0, 0], "hot": [800, 0, 800, 0]} if topics else None
+        assert m.tenants["alice"]["app"].topics == before  # a Fetch's bytes count with its response
+        m.response(fetch, 9000)
+        t = m.tenants["alice"]["app"]
+        if topics:
+            assert t.topics == {"orders": [1000, 3000, 0, 0], "hot": [800, 0, 800, 5000]}
+            assert m.topic_count == 2
+        else:
+            assert t.topics is None and m.topic_count == 0
+
+
+def test_topics_beyond_the_cap_are_counted_as_unmetered(tmp_path: Path) -> None:
+    """The (tenant, topic) pairs of an interval are capped at max_tenants, like the tenants."""
+    clock = Clock(T0)
+    m = meter(tmp_path, clock, topics=True, max_tenants=3)
+    for client in ("a", "b"):
+        c = ctx(0, b"\x00" * 20, client_id=client)
+        c.topic_bytes = [("t1", 10, 0), ("t2", 20, 0)]
+        m.request(c)
+    assert m.tenants["alice"]["a"].topics == {"t1": [10, 0, 0, 0], "t2": [20, 0, 0, 0]}
+    assert m.tenants["alice"]["b"].topics == {"t1": [10, 0, 0, 0]}
+    assert m.topics_unmetered == 1
+    clock.now += 10_000
+    m.rotate()  # a new interval, a new count
+    c = ctx(0, b"\x00" * 20, client_id="b")
+    c.topic_bytes = [("t2", 5, 0)]
+    m.request(c)
+    assert m.tenants["alice"]["b"].topics == {"t2": [5, 0, 0, 0]} and m.topics_unmetered == 1
+
+
+def test_a_record_carries_its_bytes_per_topic(tmp_path: Path) -> None:
+    clock = Clock(T0)
+    m = meter(tmp_path, clock, topics=True)
+    m.writer.start()
+    c = ctx(0, b"\x00" * 20)
+    c.topic_bytes = [("orders", 1000, 24)]
+    m.request(c)
+    clock.now += 10_000
+    m.rotate()
+    m.writer.close()
+    (line,) = read_lines(tmp_path / "dt=2026-01-01" / "hour=00" / "usage-p1.jsonl")
+    assert line["v"] == 2 and line["topics"] == {"orders": {
+        "produce_bytes": 1000, "fetch_bytes": 0, "produce_refused_bytes": 24, "fetch_refused_bytes": 0}}
+
+
 def test_tenants_beyond_the_cap_are_not_metered(tmp_path: Path) -> None:
     m = meter(tmp_path, Clock(T0), max_tenants=2)
     for client in ("a", "b", "c", "c", "a"):
@@ -140,14 +200,15 @@ def test_records_files_and_gzip_when_the_hour_closes(tmp_path: Path) -> None:
     (first,) = read_lines(closed)
     zero = {t: 0 for t in usage.THROTTLE_TYPES}
     assert first == {
-        "v": 1, "start_ms": T0 + HOUR - 10_000, "interval_s": 10, "instance": "p1", "user": "alice",
+        "v": 2, "start_ms": T0 + HOUR - 10_000, "interval_s": 10, "instance": "p1", "user": "alice",
         "client_id": "app", "produce_bytes": first["produce_bytes"], "fetch_bytes": 0,
         "request_time_ms": 0, "new_producer_ids": 0, "partitions_mutated": 0, "connections": 1,
         "requests": {"produce": 1, "fetch": 0, "metadata": 0, "group": 0, "transaction": 0, "admin": 0,
                      "other": 0},
         "throttle_ms": {**zero, "produce": 7}, "throttled": {**zero, "produce": 1},
         "quotas": {"producer_byte_rate": 1024.0, "consumer_byte_rate": None, "request_percentage": None,
-                   "controller_mutation_rate": None, "producer_ids_rate": 0.5}}
+                   "controller_mutation_rate": None, "producer_ids_rate": 0.5},
+        "topics": {}}
     assert first["produce_bytes"] == len(ctx(0, b"\x00" * 20).frame) - 4
     (second,) = read_lines(current)
     assert (second["user"], second["client_id"], second["start_ms"]) == ("bob", "", T0 + HOUR)
@@ -197,7 +258,9 @@ def _usage() -> Any:
 def test_usage_log_settings() -> None:
     assert parse_usage_log(None) is None
     assert parse_usage_log({"dir": "/x"}) == UsageLogSettings(dir="/x", interval_seconds=10, instance=None,
-                                                              max_tenants=100_000, queue_intervals=360)
+                                                              max_tenants=100_000, queue_intervals=360,
+                                                              topics=False)
+    assert parse_usage_log({"dir": "/x", "topics": True}).topics is True  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -207,6 +270,7 @@ def test_usage_log_settings() -> None:
     ({"dir": "/x", "interval_seconds": 0}, "usage_log.interval_seconds: expected a whole number >= 1"),
     ({"dir": "/x", "instance": "a/b"}, "usage_log.instance: expected 1-100 letters"),
     ({"dir": "/x", "rotate": 1}, "usage_log.rotate: unknown key"),
+    ({"dir": "/x", "topics": "yes"}, "usage_log.topics: expected true or false, got 'yes'"),
     ("yes", "usage_log: expected a mapping"),
 ])
 def test_bad_usage_log_settings(raw: object, message: str) -> None:

@@ -42,7 +42,7 @@ class TenantUsage:
     """One tenant's counters for the current interval."""
 
     __slots__ = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids",
-                 "partitions_mutated", "connections", "requests", "throttle_ms", "throttled")
+                 "partitions_mutated", "connections", "requests", "throttle_ms", "throttled", "topics")
 
     def __init__(self) -> None:
         self.produce_bytes = 0
@@ -54,6 +54,8 @@ class TenantUsage:
         self.requests = [0] * len(usage.GROUPS)
         self.throttle_ms = [0] * len(usage.THROTTLE_TYPES)
         self.throttled = [0] * len(usage.THROTTLE_TYPES)
+        # usage_log.topics: topic -> [produce, fetch, produce refused, fetch refused] bytes
+        self.topics: dict[str, list[int]] | None = None
 
 
 Tenants = dict[str, dict[str, TenantUsage]]  # user -> client-id -> usage
@@ -85,6 +87,9 @@ class UsageMeter:
         self.count = 0
         self.dropped = 0  # records of intervals the writer's queue had no room for
         self.unmetered = 0  # requests of tenants beyond max_tenants
+        self.topics = settings.topics
+        self.topic_count = 0  # (tenant, topic) pairs in the current interval
+        self.topics_unmetered = 0  # topic byte counts of pairs beyond max_tenants
 
     def _aligned(self, now_ms: int) -> int:
         return now_ms - now_ms % self.interval_ms
@@ -122,6 +127,8 @@ class UsageMeter:
         if key == PRODUCE:
             t.produce_bytes += len(ctx.frame) - 4
             t.new_producer_ids += ctx.new_producer_ids
+            if self.topics and ctx.topic_bytes:
+                self._count_topics(t, ctx.topic_bytes, 0)
         elif key in CONTROLLER_MUTATIONS:
             if ctx.permits is None:
                 try:
@@ -144,7 +151,26 @@ class UsageMeter:
             return
         if ctx.api_key == FETCH:
             t.fetch_bytes += size - 4  # as Produce: the message without its size prefix
+            if self.topics and ctx.topic_bytes:
+                self._count_topics(t, ctx.topic_bytes, 1)
         t.request_time_ms += time_ms
+
+    def _count_topics(self, t: TenantUsage, counted: list[tuple[str, int, int]], at: int) -> None:
+        """Add a request's bytes per topic: `at` 0 for Produce, 1 for Fetch (the refused bytes
+        go two places further on)."""
+        topics = t.topics
+        if topics is None:
+            topics = t.topics = {}
+        for topic, passed, refused in counted:
+            found = topics.get(topic)
+            if found is None:
+                if self.topic_count >= self.settings.max_tenants:
+                    self.topics_unmetered += 1
+                    continue
+                self.topic_count += 1
+                found = topics[topic] = [0, 0, 0, 0]
+            found[at] += passed
+            found[at + 2] += refused
 
     def throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None:
         t = self._tenant(user, client_id)
@@ -160,7 +186,7 @@ class UsageMeter:
         """Close the current interval (at its boundary, or at shutdown) and queue it."""
         tenants, count = self.tenants, self.count
         start = self.start_ms
-        self.tenants, self.count = {}, 0
+        self.tenants, self.count, self.topic_count = {}, 0, 0
         self.start_ms = self._aligned(self.wall_ms())
         if self.start_ms == start:
             self.start_ms = start + self.interval_ms  # rotated early (shutdown): never reuse a start
@@ -262,7 +288,7 @@ class UsageWriter:
                      "partitions_mutated": t.partitions_mutated, "connections": t.connections},
                     dict(zip(usage.GROUPS, t.requests, strict=True)),
                     dict(zip(usage.THROTTLE_TYPES, t.throttle_ms, strict=True)),
-                    dict(zip(usage.THROTTLE_TYPES, t.throttled, strict=True)), quotas)
+                    dict(zip(usage.THROTTLE_TYPES, t.throttled, strict=True)), quotas, t.topics)
                 lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
         return lines
 
@@ -316,6 +342,8 @@ class UsageCollector(Collector):
                 ("usage_records_dropped", "Usage records dropped: the writer's queue was full", m.dropped),
                 ("usage_requests_unmetered", "Requests of tenants beyond usage_log.max_tenants in "
                                              "their interval", m.unmetered),
+                ("usage_topics_unmetered", "Topic byte counts of (tenant, topic) pairs beyond "
+                                           "usage_log.max_tenants in their interval", m.topics_unmetered),
                 ("usage_write_errors", "Intervals or hour files the usage log could not write", w.errors)):
             family = CounterMetricFamily(METRIC_PREFIX + name, text)
             family.add_metric([], value)

@@ -69,6 +69,7 @@ class QuotaSettle(ResponseStage):
                     # Kafka un-records the bytes and sends an empty response in their place,
                     # still carrying max(broker's, proxy's) throttle.
                     q.fetch.unrecord(user, client_id, size, now)
+                    _take_back_topics(ctx, now)
                     at = throttle_offset(FETCH, ctx.api_version, body)
                     broker_ms = read_throttle(body, at) if at is not None else 0
                     return throttled_response_body(ctx.api_version, max(ctx.throttle_ms, broker_ms),
@@ -78,3 +79,16 @@ class QuotaSettle(ResponseStage):
         return None
 
 
+
+
+def _take_back_topics(ctx: RequestContext, now: float) -> None:
+    """The topics' bytes of a fetch answered empty for the client's own quota were not
+    delivered either: taken back from the topics' rates (TopicFetchSettle recorded them)."""
+    counted, managers = ctx.topic_bytes, ctx.topic_quota
+    if not counted:
+        return
+    if managers is not None:
+        for topic, passed, _ in counted:
+            if passed:
+                managers.topic_fetch.unrecord(topic, passed, now)
+    ctx.topic_bytes = [(topic, 0, refused) for topic, _, refused in counted if refused]

@@ -88,17 +88,19 @@ class TopicQuotaCharge(RequestStage):
         now = engine.clock()
         enforcing = engine.enforcing
         refused: list[int] = []
+        counted: list[tuple[str, int, int]] = []
         longest = 0
         # acks=0 cannot be refused without losing records unseen: its bytes pass and count.
         refuse = enforcing and ctx.expects_response
         for index, topic in enumerate(layout.topics):
-            name = _name(engine, topic.name, topic.topic_id)
+            name = engine.leadership.named(topic.name, topic.topic_id)
             if name is None:
                 continue  # an id no Metadata has named yet: not measured
             batches = [batch_sequence(ctx.frame, at) for at in topic.records_at]
             if refuse and _out_of_turn(ctx.conn, name, topic.partitions, batches, now):
                 _count(engine, PRODUCE_TYPE, name, 0, now)
                 refused.append(index)
+                counted.append((name, 0, topic.size))
                 continue
             charge = manager.admit(name, topic.size, now, refuse)
             if charge.throttle_ms:
@@ -106,16 +108,20 @@ class TopicQuotaCharge(RequestStage):
                 longest = max(longest, charge.throttle_ms)
                 if refuse:
                     refused.append(index)
+                    counted.append((name, 0, topic.size))
                     _remember(ctx.conn, name, topic.partitions, batches, now)
+                    continue
             elif ctx.conn.refused_batches:
                 for partition in topic.partitions:
                     ctx.conn.refused_batches.pop((name, partition), None)
+            counted.append((name, topic.size, 0))
+        ctx.topic_bytes = counted
         if enforcing and not ctx.expects_response and longest:
             ctx.throttle_ms = max(ctx.throttle_ms, longest)  # the connection waits instead
         if not refused:
             return None
         if len(refused) == len(layout.topics):
-            names = sorted({_name(engine, t.name, t.topic_id) or "?" for t in layout.topics})
+            names = sorted({engine.leadership.named(t.name, t.topic_id) or "?" for t in layout.topics})
             message = f"{REFUSED_MESSAGE}: {', '.join(names)}"
             request = ctx.decode_request()
             return Reply(refusal(request, ctx.api_version, refusal_code(engine), message, ctx.throttle_ms))
@@ -162,12 +168,6 @@ def _remember(conn: ConnectionInfo, topic: str, partitions: tuple[int, ...], bat
             if conn.refused_batches is None:
                 conn.refused_batches = {}
             conn.refused_batches.setdefault((topic, partition), (*batch, now))
-
-
-def _name(engine: QuotaEngine, name: str | None, topic_id: bytes | None) -> str | None:
-    if name is not None:
-        return name
-    return engine.leadership.name_of(topic_id) if topic_id is not None else None
 
 
 def refusal_code(engine: QuotaEngine) -> int:
@@ -227,25 +227,29 @@ class TopicFetchSettle(ResponseStage):
         now = engine.clock()
         enforcing = engine.enforcing
         hot: set[int] = set()
+        counted: list[tuple[str, int, int]] = []
         longest = 0
         delivered = 0
         for index, topic in enumerate(layout.topics):
             if not topic.size:
                 continue
-            name = _name(engine, topic.name, topic.topic_id)
-            charge = manager.record(name, topic.size, now) if name is not None else None
-            if charge is None or not charge.throttle_ms:
+            name = engine.leadership.named(topic.name, topic.topic_id)
+            if name is None:  # an id no Metadata has named yet: not measured
                 delivered += topic.size
                 continue
-            assert name is not None
-            _count(engine, FETCH_TYPE, name, charge.throttle_ms, now)
-            if enforcing:
-                # As Kafka takes back a throttled fetch's bytes: they were not delivered.
-                manager.unrecord(name, topic.size, now)
-                hot.add(index)
-                longest = max(longest, charge.throttle_ms)
-            else:
-                delivered += topic.size
+            charge = manager.record(name, topic.size, now)
+            if charge.throttle_ms:
+                _count(engine, FETCH_TYPE, name, charge.throttle_ms, now)
+                if enforcing:
+                    # As Kafka takes back a throttled fetch's bytes: they were not delivered.
+                    manager.unrecord(name, topic.size, now)
+                    hot.add(index)
+                    longest = max(longest, charge.throttle_ms)
+                    counted.append((name, 0, topic.size))
+                    continue
+            delivered += topic.size
+            counted.append((name, topic.size, 0))
+        ctx.topic_bytes = counted
         if not hot:
             return None
         if not delivered:

@@ -56,6 +56,7 @@ RULES: dict[str, Rule] = {
     P + "usage_records_written": SUM,
     P + "usage_records_dropped": SUM,
     P + "usage_requests_unmetered": SUM,
+    P + "usage_topics_unmetered": SUM,
     P + "usage_write_errors": SUM,
     # Quota measurements (observability/quota_metrics.py). Without a store a rate is that worker's
     # share of the entity's traffic, and the sum is the entity's rate; with one, every worker
