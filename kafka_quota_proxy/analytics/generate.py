@@ -38,6 +38,8 @@ ANONYMOUS_SHARE = 0.3
 SECOND_CLIENT_SHARE = 0.2
 MUTATION_CHANCE = 0.02
 OUTLIER_IDS_PER_HOUR = 20
+TOPICS = 8  # tenants write and read topics events-00 .. events-07
+RECORD_SHARE = 0.97  # of a Produce request's or Fetch response's bytes, its record sets'
 
 
 class GenerateError(ValueError):
@@ -60,6 +62,8 @@ class TenantProfile:
     deploy_hour: int
     quotas: dict[str, float | None]
     outlier: dict[str, float] = field(default_factory=dict)  # measure -> factor
+    write_topic: str = ""  # the topic its Produce bytes go to
+    read_topic: str = ""  # the topic its Fetch bytes come from
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,10 @@ def make_plan(tenants: int = 100, days: int = 7, interval_s: int = 10, start: st
     profiles = [_profile(rng, user, client, consumer_only, quotas)
                 for user, client, consumer_only in names]
     profiles = _inject_outliers(rng, profiles, outliers, [c for _, _, c in names])
+    # By position, not drawn: the random stream (and so every tenant's profile) is as it was.
+    profiles = [dataclasses.replace(p, write_topic=f"events-{i % TOPICS:02d}",
+                                    read_topic=f"events-{(3 * i + 1) % TOPICS:02d}")
+                for i, p in enumerate(profiles)]
     return Plan(parse_start(start), days * 24, interval_s, seed, instance, tuple(profiles),
                 tuple(quotas.items()))
 
@@ -191,7 +199,7 @@ def _with_outlier(p: TenantProfile, measures: dict[str, float]) -> TenantProfile
 
 _FIELDS = ("start_ms", "produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids",
            "partitions_mutated", "connections", "r_produce", "r_fetch", "r_metadata", "r_group", "r_admin",
-           "t_produce", "t_fetch", "n_produce", "n_fetch")
+           "t_produce", "t_fetch", "n_produce", "n_fetch", "topic_produce", "topic_fetch")
 _MARK = 987_650_000
 
 
@@ -204,7 +212,8 @@ def _template(plan: Plan, p: TenantProfile) -> tuple[str, list[int]]:
     rec = usage.record(marks["start_ms"], plan.interval_s, plan.instance, p.user, p.client_id, counters,
                        {g: marks[f"r_{g}"] for g in ("produce", "fetch", "metadata", "group", "admin")},
                        {"produce": marks["t_produce"], "fetch": marks["t_fetch"]},
-                       {"produce": marks["n_produce"], "fetch": marks["n_fetch"]}, p.quotas)
+                       {"produce": marks["n_produce"], "fetch": marks["n_fetch"]}, p.quotas,
+                       _topics(p, marks["topic_produce"], marks["topic_fetch"]))
     text = json.dumps(rec, separators=(",", ":")).replace("%", "%%")
     spelled = {name: str(marks[name]) for name in _FIELDS}
     spelled["request_time_ms"] = str(marks["request_time_ms"] + 0.5)
@@ -212,6 +221,15 @@ def _template(plan: Plan, p: TenantProfile) -> tuple[str, list[int]]:
     for name, mark in spelled.items():
         text = text.replace(mark, "%.3f" if name == "request_time_ms" else "%d")
     return text, order
+
+
+def _topics(p: TenantProfile, produced: int, fetched: int) -> dict[str, list[int]]:
+    """The record's bytes per topic: its Produce's to its write topic, its Fetch's from its read
+    topic (one entry if they are the same topic)."""
+    topics = {p.write_topic: [produced, 0, 0, 0]}
+    read = topics.setdefault(p.read_topic, [0, 0, 0, 0])
+    read[1] = fetched
+    return topics
 
 
 def _values(plan: Plan, p: TenantProfile, times: np.ndarray, rng: np.random.Generator,
@@ -245,7 +263,8 @@ def _values(plan: Plan, p: TenantProfile, times: np.ndarray, rng: np.random.Gene
         connections[0] += p.producers + 1
     return [times, produce, fetch, request_time, ids, mutated, connections, r_produce, r_fetch, r_metadata,
             r_group, r_admin, t_produce, t_fetch, _throttled(r_produce, t_produce, interval),
-            _throttled(r_fetch, t_fetch, interval)]
+            _throttled(r_fetch, t_fetch, interval), np.floor(produce * RECORD_SHARE),
+            np.floor(fetch * RECORD_SHARE)]
 
 
 def _held_to_quota(demand: np.ndarray, quota: float | None, interval: int) -> tuple[np.ndarray, np.ndarray]:

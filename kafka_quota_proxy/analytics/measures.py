@@ -40,6 +40,8 @@ MEASURES = (PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS)
 BY_NAME = {m.name: m for m in MEASURES}
 # The measures whose quota is set per (user, client-id); producer_ids_rate is per user only.
 CLIENT_MEASURES = (PRODUCE, FETCH, REQUEST, MUTATIONS)
+# The measures a topic quota limits (usage_log.topics), with the same keys as a client's.
+TOPIC_MEASURES = (PRODUCE, FETCH)
 
 
 def per_second(measure: Measure) -> float:

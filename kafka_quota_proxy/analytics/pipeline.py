@@ -18,15 +18,16 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kafka_quota_proxy.analytics import report_html, stats, whatif
+from kafka_quota_proxy.analytics import report_html, stats, topics, whatif
 from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES
 from kafka_quota_proxy.analytics.quota_file import QuotaFile, Quotas, load_quota_file
-from kafka_quota_proxy.analytics.reading import UsageInputError, ingest
+from kafka_quota_proxy.analytics.reading import UsageInputError, ingest, topic_rows
 from kafka_quota_proxy.analytics.recommend import (
     DEFAULT_HEADROOM,
     DEFAULT_PERCENTILE,
     Recommendations,
     TenantDemand,
+    TopicDemand,
     UserDemand,
     recommend,
 )
@@ -107,8 +108,10 @@ def analyze(spark: SparkSession, options: Options) -> Summary:
         records = _read(run)
     with run.stage("report"):
         report = _report(run, records)
+    with run.stage("topics"):
+        topic_table = _topics(run, records)
     with run.stage("recommend"):
-        recs = _recommend(run, report.tenants, report.users)
+        recs = _recommend(run, report.tenants, report.users, topic_table)
     with run.stage("replay"):
         scenarios = {CURRENT: current.quotas if current else None,
                      CANDIDATE: candidate.quotas if candidate else recs.quotas}
@@ -117,7 +120,7 @@ def analyze(spark: SparkSession, options: Options) -> Summary:
         report_html.write(run.out, report_html.Inputs(
             summary=s, tenants=report.tenants, hours=report.hours, hour_of_day=report.hour_of_day,
             outliers=report.outliers, recommendations=recs, replayed=replayed, scenarios=scenarios,
-            top=options.top))
+            top=options.top, topics=topic_table))
     (run.out / "summary.json").write_text(s.to_json())
     return s
 
@@ -167,14 +170,30 @@ def _report(run: Run, records: DataFrame) -> Report:
     return Report(tenants, hours, by_hour_of_day, users, outliers)
 
 
-def _recommend(run: Run, tenants: DataFrame, users: pd.DataFrame) -> Recommendations:
+def _topics(run: Run, records: DataFrame) -> DataFrame:
+    """The per-topic report (topics.csv / topics.parquet): empty when the log has no bytes per
+    topic (version-1 records, or usage_log.topics off)."""
+    table = run.write_table(topics.topic_report(topic_rows(records)).select(
+        "*", F.timestamp_millis("first_ms").alias("first"), F.timestamp_millis("end_ms").alias("end")),
+        "topics")
+    run.summary.topics = table.count()
+    return table
+
+
+def _recommend(run: Run, tenants: DataFrame, users: pd.DataFrame, topic_table: DataFrame) -> Recommendations:
     columns = [f"demand_{m.name}_p99" for m in CLIENT_MEASURES]
     demand = to_pandas(tenants.select("user", "client_id", *columns))
     per_tenant = [TenantDemand(row.user, row.client_id, {m.name: float(getattr(row, f"demand_{m.name}_p99"))
                                                          for m in CLIENT_MEASURES})
                   for row in demand.itertuples(index=False)]
     per_user = [UserDemand(row.user, float(row.producer_ids_p99)) for row in users.itertuples(index=False)]
-    recs = recommend(per_tenant, per_user, run.options.percentile, run.options.headroom)
+    directions = [d for d, _, _ in topics.DIRECTIONS]
+    hot = to_pandas(topic_table.select("topic", *(f"{d}_{c}" for d in directions
+                                                  for c in ("p99", "refused_interval_share"))))
+    per_topic = [TopicDemand(row.topic, {d: float(getattr(row, f"{d}_p99")) for d in directions},
+                             {d: float(getattr(row, f"{d}_refused_interval_share")) for d in directions})
+                 for row in hot.itertuples(index=False)]
+    recs = recommend(per_tenant, per_user, run.options.percentile, run.options.headroom, per_topic)
     (run.out / "recommended-quotas.yaml").write_text(recs.to_yaml(run.options.usage))
     sh = run.out / "recommended-quotas.sh"
     sh.write_text(recs.to_kafka_configs())
@@ -185,11 +204,12 @@ def _recommend(run: Run, tenants: DataFrame, users: pd.DataFrame) -> Recommendat
 
 def recommendations_table(recs: Recommendations) -> pd.DataFrame:
     rows = [{"key": r.measure.key.value, "kind": r.kind, "entity_user": r.entity.user,
-             "entity_client_id": r.entity.client_id, "value": r.value, "unit": r.measure.unit,
-             "basis_p99": r.basis, "percentile": recs.percentile, "headroom": recs.headroom}
+             "entity_client_id": r.entity.client_id, "entity_topic": r.entity.topic, "value": r.value,
+             "unit": r.measure.unit, "basis_p99": r.basis, "percentile": recs.percentile,
+             "headroom": recs.headroom}
             for r in recs.items]
-    return pd.DataFrame(rows, columns=["key", "kind", "entity_user", "entity_client_id", "value", "unit",
-                                       "basis_p99", "percentile", "headroom"])
+    return pd.DataFrame(rows, columns=["key", "kind", "entity_user", "entity_client_id", "entity_topic",
+                                       "value", "unit", "basis_p99", "percentile", "headroom"])
 
 
 def _replay(run: Run, records: DataFrame, scenarios: dict[str, Quotas | None],

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, PRODUCER_IDS, Measure
+from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, PRODUCER_IDS, TOPIC_MEASURES, Measure
 from kafka_quota_proxy.analytics.readable import format_number, format_value, round_up_2sig, round_up_bytes
 from kafka_quota_proxy.identity import ANONYMOUS
 from kafka_quota_proxy.quota.entities import DEFAULT, WHOLE_NUMBER_KEYS, QuotaEntity, QuotaKey
@@ -38,6 +38,16 @@ class UserDemand:
 
     user: str
     p99: float
+
+
+@dataclass(frozen=True, slots=True)
+class TopicDemand:
+    """A topic's p99 interval rate per direction ("produce", "fetch" -> B/s), every tenant and
+    proxy instance together, and the share of its intervals in which its quota refused bytes."""
+
+    topic: str
+    p99: Mapping[str, float]
+    refused_share: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +79,14 @@ class Recommendations:
             out.setdefault(item.entity, {})[item.measure.key] = item.value
         return out
 
-    def overrides(self, measure: Measure) -> list[Recommendation]:
-        return [i for i in self.items if i.measure is measure and i.kind == "override"]
+    def overrides(self, measure: Measure, topics: bool = False) -> list[Recommendation]:
+        """The overrides of a measure: for clients, or with `topics` for topics."""
+        return [i for i in self.items if i.measure is measure and i.kind == "override"
+                and (i.entity.topic is not None) == topics]
 
-    def default(self, measure: Measure) -> Recommendation | None:
-        return next((i for i in self.items if i.measure is measure and i.kind == "default"), None)
+    def default(self, measure: Measure, topics: bool = False) -> Recommendation | None:
+        return next((i for i in self.items if i.measure is measure and i.kind == "default"
+                     and (i.entity.topic is not None) == topics), None)
 
     def to_yaml(self, source: str = "") -> str:
         return render_yaml(self, source)
@@ -115,8 +128,10 @@ def override_entity(mode: str, user: str, client_id: str) -> QuotaEntity:
 
 
 def recommend(tenants: Sequence[TenantDemand], users: Sequence[UserDemand],
-              percentile: float = DEFAULT_PERCENTILE, headroom: float = DEFAULT_HEADROOM) -> Recommendations:
-    """Defaults and overrides for every client measure, and producer_ids_rate per user."""
+              percentile: float = DEFAULT_PERCENTILE, headroom: float = DEFAULT_HEADROOM,
+              topics: Sequence[TopicDemand] = ()) -> Recommendations:
+    """Defaults and overrides for every client measure, producer_ids_rate per user, and the
+    topics' producer_byte_rate and consumer_byte_rate (from usage_log.topics) by the same rule."""
     if not 0 < percentile <= 100:
         raise ValueError(f"percentile must be in (0, 100], got {percentile}")
     if not headroom > 0:
@@ -126,7 +141,32 @@ def recommend(tenants: Sequence[TenantDemand], users: Sequence[UserDemand],
     for measure in CLIENT_MEASURES:
         _recommend_client_key(result, measure, tenants, mode)
     _recommend_producer_ids(result, users)
+    for measure in TOPIC_MEASURES:
+        _recommend_topic_key(result, measure, topics)
     return result
+
+
+def _recommend_topic_key(result: Recommendations, measure: Measure, topics: Sequence[TopicDemand]) -> None:
+    """As for a client key: a `<default>` topic quota at the percentile of the topics' p99, and an
+    override for each topic above it. A topic whose quota refused bytes was held: its demand
+    was more than the log shows, and a note says so."""
+    active = [t for t in topics if t.p99.get(measure.name, 0) > 0]
+    if not active:
+        return
+    key = measure.key
+    basis = nearest_rank([t.p99[measure.name] for t in active], result.percentile)
+    default = readable(key, basis * result.headroom)
+    result.items.append(Recommendation(measure, QuotaEntity(topic=DEFAULT), default, "default", basis))
+    for t in sorted(active, key=lambda t: t.topic):
+        p99 = t.p99[measure.name]
+        if p99 > default:
+            result.items.append(Recommendation(measure, QuotaEntity(topic=t.topic),
+                                               readable(key, p99 * result.headroom), "override", p99))
+        refused = t.refused_share.get(measure.name, 0.0)
+        if refused > 0:
+            result.notes.append(
+                f"topic {t.topic}: its {key.value} quota refused bytes in {refused:.0%} of its intervals; "
+                f"its demand was above the p99 seen, {format_value(p99, measure.unit)}")
 
 
 def _recommend_client_key(result: Recommendations, measure: Measure, tenants: Sequence[TenantDemand],
@@ -191,10 +231,12 @@ def _comment(item: Recommendation, percentile: float, headroom: float) -> str:
     unit = item.measure.unit
     shown = format_value(item.value, unit) if unit == "B/s" else ""
     basis = format_value(item.basis, unit)
+    topic = item.entity.topic is not None
     if item.kind == "default":
-        why = f"p{percentile:g} of the tenants' p99 demand, {basis}, x {headroom:g}"
+        of = "the topics' p99 rate" if topic else "the tenants' p99 demand"
+        why = f"p{percentile:g} of {of}, {basis}, x {headroom:g}"
     else:
-        why = f"override: p99 demand {basis} x {headroom:g}"
+        why = f"override: p99 {'rate' if topic else 'demand'} {basis} x {headroom:g}"
     return f"{shown}; {why}" if shown else why
 
 
@@ -205,6 +247,8 @@ def render_yaml(recs: Recommendations, source: str = "") -> str:
              f"x {recs.headroom:g}, rounded up;",
              "# override: a tenant whose p99 is above the default gets its p99 x "
              f"{recs.headroom:g}, rounded up."]
+    if any(item.entity.topic is not None for item in recs.items):
+        lines.append("# topics: the same rule over each topic's p99 interval rate, every client together.")
     for note in recs.notes:
         lines.append(f"# note: {note}")
     lines.append("quotas:" if recs.items else "quotas: []")
@@ -221,11 +265,15 @@ def render_yaml(recs: Recommendations, source: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+ENTITY_TYPE_FLAGS = {"user": "users", "client-id": "clients", "ip": "ips", "topic": "topics"}
+
+
 def kafka_configs_args(entity: QuotaEntity) -> list[str]:
-    """The entity as kafka-configs.sh names it: users, then clients, each a name or the default."""
+    """The entity as kafka-configs.sh names it: users, then clients, each a name or the default;
+    or a topic by name (the proxy takes the quota keys out of the topic's configs)."""
     args: list[str] = []
     for kind, name in entity.items():
-        args += ["--entity-type", {"user": "users", "client-id": "clients", "ip": "ips"}[kind]]
+        args += ["--entity-type", ENTITY_TYPE_FLAGS[kind]]
         args += ["--entity-default"] if name == DEFAULT else ["--entity-name", shlex.quote(name)]
     return args
 
@@ -243,8 +291,16 @@ def render_kafka_configs(recs: Recommendations) -> str:
              "# BOOTSTRAP=host:port sets the bootstrap server (default localhost:9092).",
              "set -e"]
     for entity, values in recs.quotas.items():
+        if entity.topic == DEFAULT:
+            config = ",".join(f"{k.value}={format_number(v)}" for k, v in values.items())
+            lines.append(f"# topic <default>: {config}. kafka-configs.sh has no default topic: set it in "
+                         "the proxy's quotas: (recommended-quotas.yaml) or with AlterClientQuotas, "
+                         "entity type topic.")
+            continue
         if QuotaKey.PRODUCER_IDS_RATE in values:
             lines.append("# producer_ids_rate is the proxy's KIP-936 extension key: "
                          "set it through the proxy.")
+        if entity.topic is not None:
+            lines.append("# A topic quota is the proxy's extension: run this against the proxy.")
         lines.append(kafka_configs_command(entity, values))
     return "\n".join(lines) + "\n"

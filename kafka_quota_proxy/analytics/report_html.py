@@ -45,6 +45,7 @@ class Inputs:
     replayed: DataFrame
     scenarios: Mapping[str, Quotas | None]
     top: int
+    topics: DataFrame  # analytics/topics.py's report; empty without usage_log.topics
 
 
 def label(user: str, client_id: str | None) -> str:
@@ -173,6 +174,24 @@ def _tenant_table(tenants: DataFrame) -> pd.DataFrame:
     return out
 
 
+def _topic_table(topics: DataFrame) -> pd.DataFrame:
+    frame = to_pandas(topics.withColumn("_bytes", F.col("produce_bytes") + F.col("fetch_bytes"))
+                      .orderBy(F.col("_bytes").desc(), "topic").limit(TABLE_ROWS))
+    out = pd.DataFrame({"topic": frame["topic"], "intervals": frame["intervals"],
+                        "written": frame["produce_bytes"].map(format_bytes),
+                        "read": frame["fetch_bytes"].map(format_bytes)})
+    for m in (PRODUCE, FETCH):
+        for p in ("p50", "p99", "max"):
+            out[f"{m.name} {p}"] = frame[f"{m.name}_{p}"].map(lambda v, u=m.unit: format_value(v, u))
+    out["writers"] = frame["writers"]
+    out["readers"] = frame["readers"]
+    out["top writer"] = frame["top_writer"].fillna("")
+    out["top reader"] = frame["top_reader"].fillna("")
+    out["refused, produce"] = frame["produce_refused_interval_share"].map(_share)
+    out["refused, fetch"] = frame["fetch_refused_interval_share"].map(_share)
+    return out
+
+
 def _outlier_table(outliers: pd.DataFrame) -> pd.DataFrame:
     if outliers.empty:
         return outliers
@@ -275,7 +294,8 @@ def _replay_totals(replayed: DataFrame) -> list[tuple[str, str]]:
 def _summary_table(s: Summary, replay_totals: list[tuple[str, str]]) -> pd.DataFrame:
     rows = [("usage log", s.usage), ("lines read", f"{s.lines:,}"), ("records used", f"{s.records:,}"),
             ("bad lines skipped", f"{s.bad_lines:,}"), ("tenants (user, client-id)", f"{s.tenants:,}"),
-            ("users", f"{s.users:,}"), ("time range", f"{_utc(s.first_ms)} to {_utc(s.end_ms)}"),
+            ("users", f"{s.users:,}"), ("topics", f"{s.topics:,}"),
+            ("time range", f"{_utc(s.first_ms)} to {_utc(s.end_ms)}"),
             ("quota window", f"{s.window_num} samples of {s.window_size_seconds} s"),
             ("current quotas", s.current), ("candidate quotas", s.candidate), *replay_totals,
             ("stages", ", ".join(f"{k} {v:.1f} s" for k, v in s.seconds.items()))]
@@ -317,6 +337,14 @@ def write(out: Path, inputs: Inputs) -> Path:
         "request_percentage counts it. Every tenant is in tenants.csv / tenants.parquet.</p>",
         _table(_tenant_table(inputs.tenants)),
         _img("hour-of-day.png", figures["hour-of-day.png"], "hour-of-day pattern"),
+        "<h2>Topics</h2>",
+        (f"<p class=note>The top {TABLE_ROWS} of {inputs.summary.topics} topics by bytes written and read. "
+         "A topic's rate is its bytes from every client and proxy instance in an interval over the "
+         "interval's length, what a topic quota holds; percentiles are over the intervals it had bytes "
+         "in. <em>Refused</em> is the share of its intervals in which its topic quota refused bytes. "
+         "Every topic is in topics.csv / topics.parquet.</p>" + _table(_topic_table(inputs.topics)))
+        if inputs.summary.topics else
+        "<p class=note>This log has no bytes per topic: turn on <code>usage_log.topics</code>.</p>",
         f"<h2>Top outliers</h2><p class=note>The top {inputs.top} tenants by each measure's p99 demand "
         "(the interval rate with held-back bytes added), and how many times the median tenant's p99 "
         "that is.</p>",
@@ -324,7 +352,8 @@ def write(out: Path, inputs: Inputs) -> Path:
         "<h2>Recommended quotas</h2>"
         f"<p class=note>Default: p{recs.percentile:g} over tenants of their p99 demand, "
         f"x {recs.headroom:g}, rounded up; a tenant whose p99 is above the default gets an override of "
-        f"its p99 x {recs.headroom:g}. producer_ids_rate is per user, from hourly rates.</p>",
+        f"its p99 x {recs.headroom:g}. producer_ids_rate is per user, from hourly rates. Topics get "
+        "the same rule over their p99 rates, every client together.</p>",
         _table(_recommendation_table(recs)),
         f"<ul class=note>{notes}</ul>" if notes else "",
         "<p>recommended-quotas.yaml (load it as the proxy's <code>quotas:</code>):</p>",

@@ -17,6 +17,7 @@ class Summary:
     records: int = 0
     tenants: int = 0
     users: int = 0
+    topics: int = 0
     first_ms: int = 0
     end_ms: int = 0
     window_num: int = 11

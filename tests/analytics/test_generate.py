@@ -28,13 +28,18 @@ def shape(record: dict[str, Any]) -> list[tuple[str, Any]]:
 REFERENCE = usage.record(0, 10, "i", "u", "c", {}, {}, {}, {}, {})
 
 
-def test_every_line_is_a_version_1_record_with_every_key_in_order() -> None:
+def test_every_line_is_a_version_2_record_with_every_key_in_order() -> None:
     plan = make_plan(tenants=12, days=1, interval_s=30, outliers=2, seed=5)
     lines = hour_lines(plan, 0)
     assert len(lines) == 12 * 120
     for line in lines:
         record = json.loads(line)
-        assert shape(record) == shape(REFERENCE)
+        topics = record.pop("topics")
+        assert shape(record) == [kv for kv in shape(REFERENCE) if kv[0] != "topics"]
+        assert len(topics) == 2 and all(name.startswith("events-0") for name in topics)
+        for counts in topics.values():
+            assert list(counts) == list(usage.TOPIC_COUNTERS)
+            assert all(isinstance(v, int) and v >= 0 for v in counts.values())
         assert record["v"] == usage.VERSION and record["interval_s"] == 30 and record["instance"] == "proxy-a"
         assert record["start_ms"] % 30_000 == 0
         for key in usage.COUNTERS:

@@ -10,6 +10,7 @@ from kafka_quota_proxy.analytics.measures import FETCH, MUTATIONS, PRODUCE, PROD
 from kafka_quota_proxy.analytics.readable import format_bytes, round_up_2sig, round_up_bytes
 from kafka_quota_proxy.analytics.recommend import (
     TenantDemand,
+    TopicDemand,
     UserDemand,
     entity_mode,
     kafka_configs_command,
@@ -191,3 +192,48 @@ def test_the_script_has_one_command_per_entity() -> None:
 
 def test_measures_name_their_quota_keys() -> None:
     assert [m.key for m in (PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS)] == [P, F, R, M, IDS]
+
+
+def hot_and_ordinary_topics() -> list[TopicDemand]:
+    """20 topics written at 10..29 KB/s at p99 and read at twice that, and `clicks` at 5 MB/s
+    written, held by its quota in a quarter of its intervals."""
+    normal = [TopicDemand(f"t-{i:02d}", {"produce": 10_000.0 + 1000 * i, "fetch": 20_000.0 + 2000 * i})
+              for i in range(20)]
+    return [*normal, TopicDemand("clicks", {"produce": 5_000_000.0, "fetch": 0.0},
+                                 {"produce": 0.25, "fetch": 0.0})]
+
+
+def test_topics_get_a_default_and_overrides_by_the_clients_rule() -> None:
+    recs = recommend([], [], percentile=95, headroom=1.5, topics=hot_and_ordinary_topics())
+    # p95 of 21 topics' produce p99 is the 20th: 29 KB/s (clicks is the 21st), x 1.5.
+    default = recs.default(PRODUCE, topics=True)
+    assert default is not None and default.entity == QuotaEntity(topic=DEFAULT)
+    assert default.value == round_up_bytes(29_000 * 1.5)
+    assert [(o.entity, o.value) for o in recs.overrides(PRODUCE, topics=True)] == [
+        (QuotaEntity(topic="clicks"), round_up_bytes(5_000_000 * 1.5))]
+    fetch = recs.default(FETCH, topics=True)
+    # clicks is not read: the p95 of the other 20 is the 19th, 56 KB/s.
+    assert fetch is not None and fetch.value == round_up_bytes(56_000 * 1.5)
+    assert recs.overrides(FETCH, topics=True) == []
+    # Client and topic recommendations are kept apart.
+    assert recs.default(PRODUCE) is None
+    assert recs.notes == ["topic clicks: its producer_byte_rate quota refused bytes in 25% of its intervals; "
+                          "its demand was above the p99 seen, 4.77 MiB/s"]
+
+
+def test_topic_quotas_in_the_yaml_and_the_script() -> None:
+    recs = recommend(tenants_with_one_outlier(), [], topics=hot_and_ordinary_topics())
+    text = recs.to_yaml()
+    loaded = validate_quota_entries(parse_quota_list(yaml.safe_load(text)["quotas"]))
+    assert loaded == recs.quotas
+    assert ("  - topic: clicks\n"
+            "    producer_byte_rate: 7602176  # 7.25 MiB/s; override: p99 rate 4.77 MiB/s x 1.5") in text
+    assert "# topics: the same rule over each topic's p99 interval rate, every client together." in text
+    script = recs.to_kafka_configs().splitlines()
+    prefix = "kafka-configs.sh --bootstrap-server ${BOOTSTRAP:-localhost:9092} --alter"
+    clicks = "--entity-type topics --entity-name clicks --add-config producer_byte_rate=7602176"
+    assert f"{prefix} {clicks}" in script
+    # kafka-configs.sh has no default topic: a comment says where to set it.
+    (default,) = [line for line in script if line.startswith("# topic <default>")]
+    assert default.startswith("# topic <default>: producer_byte_rate=")
+    assert not any("--entity-type topics --entity-default" in line for line in script)
