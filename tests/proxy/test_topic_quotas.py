@@ -31,7 +31,7 @@ from tests.proxy.quota_support import (
     scope,
 )
 from tests.support.fake_broker import BrokerConn
-from tests.support.usage import usage_records
+from tests.support.usage import topic_totals, usage_records
 
 HOT, COLD = "hot", "cold"
 QUOTA = 1000  # bytes/s: 10,000 bytes fill a fresh 10 s window
@@ -338,17 +338,6 @@ def counts(produced: int, fetched: int, produce_refused: int, fetch_refused: int
             "fetch_refused_bytes": fetch_refused}
 
 
-def topic_totals(directory: Path) -> dict[str, dict[str, int]]:
-    """The records' bytes per topic summed (a run may straddle an interval boundary)."""
-    out: dict[str, dict[str, int]] = {}
-    for record in usage_records(directory, "t"):
-        for topic, counts in record["topics"].items():
-            mine = out.setdefault(topic, dict.fromkeys(counts, 0))
-            for key, value in counts.items():
-                mine[key] += value
-    return out
-
-
 def test_the_usage_log_counts_bytes_per_topic(tmp_path: Path) -> None:
     """usage_log.topics: each tenant's record bytes per topic, taken and refused. Without a topic
     quota (the usage stages walk the messages) and with one (its stages count for the log)."""
@@ -367,10 +356,11 @@ def test_the_usage_log_counts_bytes_per_topic(tmp_path: Path) -> None:
             c.close()
 
     run(scenario(tmp_path / "free", []))
-    assert topic_totals(tmp_path / "free") == {HOT: counts(12_020, 1400, 0, 0), COLD: counts(40, 1000, 0, 0)}
+    assert topic_totals(usage_records(tmp_path / "free", "t")) == {HOT: counts(12_020, 1400, 0, 0),
+                                                                   COLD: counts(40, 1000, 0, 0)}
     # The hot topic's quota refuses the second request's 20 bytes, and every fetch of it.
     script.fetched = {HOT: 12_000, COLD: 500}
     held = [{"topic": HOT, "producer_byte_rate": QUOTA, "consumer_byte_rate": QUOTA}]
     run(scenario(tmp_path / "held", held))
-    assert topic_totals(tmp_path / "held") == {HOT: counts(12_000, 0, 20, 24_000),
+    assert topic_totals(usage_records(tmp_path / "held", "t")) == {HOT: counts(12_000, 0, 20, 24_000),
                                                COLD: counts(40, 1000, 0, 0)}

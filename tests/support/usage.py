@@ -18,3 +18,14 @@ def usage_records(directory: Path, instance: str) -> list[dict[str, Any]]:
         with opener(path, "rt") as f:
             out += [json.loads(line) for line in f]
     return out
+
+
+def topic_totals(records: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """The records' bytes per topic (usage_log.topics), summed over tenants and intervals."""
+    out: dict[str, dict[str, int]] = {}
+    for record in records:
+        for topic, counts in record["topics"].items():
+            mine = out.setdefault(topic, dict.fromkeys(counts, 0))
+            for key, value in counts.items():
+                mine[key] += value
+    return out
