@@ -146,6 +146,14 @@ def recommend(tenants: Sequence[TenantDemand], users: Sequence[UserDemand],
     return result
 
 
+def _default(result: Recommendations, measure: Measure, entity: QuotaEntity, p99s: list[float]) -> float:
+    """Add the default for `entity`: the percentile of the p99s x headroom, rounded up; returns it."""
+    basis = nearest_rank(p99s, result.percentile)
+    default = readable(measure.key, basis * result.headroom)
+    result.items.append(Recommendation(measure, entity, default, "default", basis))
+    return default
+
+
 def _recommend_topic_key(result: Recommendations, measure: Measure, topics: Sequence[TopicDemand]) -> None:
     """As for a client key: a `<default>` topic quota at the percentile of the topics' p99, and an
     override for each topic above it. A topic whose quota refused bytes was held: its demand
@@ -154,9 +162,7 @@ def _recommend_topic_key(result: Recommendations, measure: Measure, topics: Sequ
     if not active:
         return
     key = measure.key
-    basis = nearest_rank([t.p99[measure.name] for t in active], result.percentile)
-    default = readable(key, basis * result.headroom)
-    result.items.append(Recommendation(measure, QuotaEntity(topic=DEFAULT), default, "default", basis))
+    default = _default(result, measure, QuotaEntity(topic=DEFAULT), [t.p99[measure.name] for t in active])
     for t in sorted(active, key=lambda t: t.topic):
         p99 = t.p99[measure.name]
         if p99 > default:
@@ -175,9 +181,7 @@ def _recommend_client_key(result: Recommendations, measure: Measure, tenants: Se
     if not active:
         return
     key = measure.key
-    basis = nearest_rank([t.p99[measure.name] for t in active], result.percentile)
-    default = readable(key, basis * result.headroom)
-    result.items.append(Recommendation(measure, default_entity(mode), default, "default", basis))
+    default = _default(result, measure, default_entity(mode), [t.p99[measure.name] for t in active])
     for t in sorted(active, key=lambda t: (t.user, t.client_id)):
         p99 = t.p99[measure.name]
         if p99 <= default:
@@ -198,9 +202,7 @@ def _recommend_producer_ids(result: Recommendations, users: Sequence[UserDemand]
     if not active:
         return
     key = PRODUCER_IDS.key
-    basis = nearest_rank([u.p99 for u in active], result.percentile)
-    default = readable(key, basis * result.headroom)
-    result.items.append(Recommendation(PRODUCER_IDS, QuotaEntity(user=DEFAULT), default, "default", basis))
+    default = _default(result, PRODUCER_IDS, QuotaEntity(user=DEFAULT), [u.p99 for u in active])
     for u in sorted(active, key=lambda u: u.user):
         if u.p99 > default:
             result.items.append(Recommendation(PRODUCER_IDS, QuotaEntity(user=u.user),
