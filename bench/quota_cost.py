@@ -14,18 +14,24 @@ load, the difference is what quotas cost a proxy that is the bottleneck.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+
+from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.producer.produce import ProduceRequest
 
 from bench.producer_ids import best_ns
-from bench.wire import FETCH_VERSION, fetch_frame, produce_frame, record_batch
+from bench.wire import FETCH_VERSION, PRODUCE_VERSION, fetch_frame, produce_frame, record_batch
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
-from kafka_quota_proxy.protocol.headers import parse_request_header
+from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
+from kafka_quota_proxy.proxy.stages.topic_usage import FetchTopicBytes, ProduceTopicBytes
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
+from kafka_quota_proxy.quota.topics import Leadership
 
 TENANTS = 100
 QUOTA = 1e12  # configured and measured, never reached: the cost of accounting, not of throttling
@@ -91,6 +97,52 @@ def fetch_ns(key: QuotaKey | None, shared: bool = False) -> float:
     return best_ns(one, CALLS)
 
 
+def _produce_of(partitions: int, batch: bytes) -> bytes:
+    t = ProduceRequest.TopicProduceData
+    req = ProduceRequest(transactional_id=None, acks=1, timeout_ms=30_000, topic_data=[
+        t(name="bench", partition_data=[t.PartitionProduceData(index=p, records=batch)
+                                        for p in range(partitions)])])
+    return frame_request(req, PRODUCE_VERSION, 0, "tenant-000")
+
+
+def _fetch_body_of(partitions: int, batch: bytes) -> bytes:
+    t = FetchResponse.FetchableTopicResponse
+    part = t.PartitionData
+    data = [part(partition_index=p, error_code=0, high_watermark=100, last_stable_offset=100,
+                 log_start_offset=0, aborted_transactions=None, preferred_read_replica=-1, records=batch)
+            for p in range(partitions)]
+    return bytes(FetchResponse(version=FETCH_VERSION, throttle_time_ms=0, error_code=0, session_id=0,
+                               responses=[t(topic="bench", partitions=data)]).encode(version=FETCH_VERSION))
+
+
+def topic_usage_calls(partitions: int) -> tuple[Callable[[], None], Callable[[], None], list[RequestContext]]:
+    """usage_log.topics without topic quotas: one Produce request's and one Fetch response's
+    bytes per topic found by the usage stages (topic_usage.py), `partitions` partitions of one
+    16 KiB batch each; and the two contexts they count into."""
+    leadership = Leadership()
+    batch = record_batch(16, 1024)
+    produce_stage, fetch_stage = ProduceTopicBytes(leadership), FetchTopicBytes(leadership)
+    (produce,) = _contexts([_produce_of(partitions, batch)])
+    (fetch,) = _contexts([fetch_frame("bench", 0, 0, 1 << 20, "tenant-000")])
+    body = memoryview(_fetch_body_of(partitions, batch))
+
+    def one_produce() -> None:
+        produce.topic_bytes = None
+        produce_stage.on_request(produce)
+
+    def one_fetch() -> None:
+        fetch.topic_bytes = None
+        fetch_stage.on_response(fetch, body)
+    return one_produce, one_fetch, [produce, fetch]
+
+
+def topic_usage_ns(partitions: int) -> tuple[float, float]:
+    """The two walks, timed. (The larger cost to a Fetch is not timed here: with usage_log.topics
+    its response is gathered whole rather than written on as it arrives.)"""
+    one_produce, one_fetch, _ = topic_usage_calls(partitions)
+    return best_ns(one_produce, CALLS), best_ns(one_fetch, CALLS)
+
+
 def run() -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for name, timed, key in (("Produce", produce_ns, QuotaKey.PRODUCER_BYTE_RATE),
@@ -101,4 +153,8 @@ def run() -> list[tuple[str, str]]:
                  (f"{name}: added by the quotas", f"{(on - off) / 1000:.2f} µs"),
                  (f"{name}: the same quotas shared through a store", f"{shared / 1000:.2f} µs"),
                  (f"{name}: added by sharing them", f"{(shared - on) / 1000:.2f} µs")]
+    for partitions in (1, 10):
+        produce, fetch = topic_usage_ns(partitions)
+        rows += [(f"usage_log.topics, Produce of {partitions} partition(s)", f"{produce / 1000:.2f} µs"),
+                 (f"usage_log.topics, Fetch response of {partitions} partition(s)", f"{fetch / 1000:.2f} µs")]
     return rows

@@ -23,8 +23,19 @@ def test_quota_cost_rows(monkeypatch: pytest.MonkeyPatch) -> None:
         "Fetch: quota stages, 100 tenants' consumer_byte_rate",
         "Fetch: added by the quotas",
         "Fetch: the same quotas shared through a store",
-        "Fetch: added by sharing them"]
+        "Fetch: added by sharing them",
+        "usage_log.topics, Produce of 1 partition(s)", "usage_log.topics, Fetch response of 1 partition(s)",
+        "usage_log.topics, Produce of 10 partition(s)", "usage_log.topics, Fetch response of 10 partition(s)"]
     assert all(value.endswith(" µs") for _, value in rows)
+
+
+def test_the_usage_walks_find_every_partition() -> None:
+    """What topic_usage_ns times counts the bytes it says: 10 partitions of one batch each."""
+    one_produce, one_fetch, contexts = quota_cost.topic_usage_calls(10)
+    one_produce()
+    one_fetch()
+    batch = len(quota_cost.record_batch(16, 1024))
+    assert [c.topic_bytes for c in contexts] == [[("bench", 10 * batch, 0)]] * 2
 
 
 @pytest.mark.parametrize("shared", [False, True])
