@@ -37,6 +37,7 @@ from kafka_quota_proxy.protocol.messages import decode_response
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
 from kafka_quota_proxy.quota.managers import ChargeHandle
+from kafka_quota_proxy.quota.topic_configs import AlterPlan, DescribeAdditions
 
 
 @dataclass(slots=True)
@@ -108,6 +109,9 @@ class RequestContext:
     # Produce's refused topics, (topic name or id, partition indexes), for its response.
     topic_quota: ScopeManagers | None = None
     refused_topics: list[tuple[str | bytes, tuple[int, ...]]] | None = None
+    # Topic quotas as topic configs: an IncrementalAlterConfigs split between the proxy and the
+    # broker, or the quota entries a DescribeConfigs response gains.
+    topic_configs: AlterPlan | DescribeAdditions | None = None
 
     @property
     def api_key(self) -> int:
