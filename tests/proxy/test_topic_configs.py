@@ -4,7 +4,9 @@ its DELETE and SET ops), and the exact bytes the proxy answers with."""
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,11 +135,12 @@ def quotas(h: Harness) -> dict[QuotaEntity, dict[QuotaKey, float]]:
     return h.proxy.quotas.entries()
 
 
-def test_kafka_configs_sets_describes_and_deletes_a_topic_quota() -> None:
+def test_kafka_configs_sets_describes_and_deletes_a_topic_quota(tmp_path: Path) -> None:
     script = ConfigScript()
+    state = tmp_path / "state.json"
 
     async def scenario() -> None:
-        async with running(script) as h:
+        async with running(script, quota={"state_file": str(state)}) as h:
             c = await connect(h)
             retention = [("retention.ms", "604800000")]
             # kafka-configs.sh --alter: the topic's configs first (nothing of the proxy's yet).
@@ -150,6 +153,9 @@ def test_kafka_configs_sets_describes_and_deletes_a_topic_quota() -> None:
             assert raw == framed(msg, corr, alter_body(1, 0, [(TOPIC, "orders", 0, None)]))
             assert script.altered == []
             assert quotas(h) == {ORDERS: {QuotaKey.PRODUCER_BYTE_RATE: 1048576.0}}
+            # Kept as AlterClientQuotas keeps it.
+            assert json.loads(state.read_text())["entities"] == [
+                {"entity": {"topic": "orders"}, "values": {P: 1048576.0}, "removed": []}]
             # --describe --entity-type topics --entity-name orders (synonyms asked for).
             msg = describe(["orders"], version=4, synonyms=True)
             raw, corr = await exchange(c, msg)
@@ -160,6 +166,8 @@ def test_kafka_configs_sets_describes_and_deletes_a_topic_quota() -> None:
             raw, corr = await exchange(c, msg)
             assert raw == framed(msg, corr, alter_body(0, 0, [(TOPIC, "orders", 0, None)]))
             assert quotas(h) == {}
+            assert json.loads(state.read_text())["entities"] == [
+                {"entity": {"topic": "orders"}, "values": {}, "removed": [P]}]
             msg = describe(["orders"], version=4)
             raw, corr = await exchange(c, msg)
             assert raw == framed(msg, corr, describe_body(4, [("orders", 0, retention, [])]))
