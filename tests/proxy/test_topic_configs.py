@@ -17,6 +17,7 @@ from kafka.protocol.admin.configs import (
     IncrementalAlterConfigsResponse,
 )
 
+from kafka_quota_proxy.config.quota_state import change_field
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
@@ -44,6 +45,7 @@ class ConfigScript(Script):
         super().__init__()
         self.configs: dict[str, dict[str, str]] = {"orders": {"retention.ms": "604800000"}, "other": {}}
         self.refuse: dict[str, tuple[int, str]] = {}
+        self.omit: set[str] = set()  # resources left out of the answer
         self.altered: list[Any] = []  # each IncrementalAlterConfigs the broker saw, decoded
 
     async def __call__(self, conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | None:
@@ -61,7 +63,7 @@ class ConfigScript(Script):
                         else:
                             self.configs.setdefault(r.resource_name, {}).pop(c.name, None)
                 results.append((r.resource_type, r.resource_name, code, message))
-            return alter_body(v, 5, results[::-1])
+            return alter_body(v, 5, [r for r in results[::-1] if r[1] not in self.omit])
         if key == 32:
             request = DescribeConfigsRequest.decode(frame[header.body_offset:], version=v)
             return describe_body(v, [
@@ -153,9 +155,11 @@ def test_kafka_configs_sets_describes_and_deletes_a_topic_quota(tmp_path: Path) 
             assert raw == framed(msg, corr, alter_body(1, 0, [(TOPIC, "orders", 0, None)]))
             assert script.altered == []
             assert quotas(h) == {ORDERS: {QuotaKey.PRODUCER_BYTE_RATE: 1048576.0}}
-            # Kept as AlterClientQuotas keeps it.
+            # Kept as AlterClientQuotas keeps it, and queued for a shared store the same way.
             assert json.loads(state.read_text())["entities"] == [
                 {"entity": {"topic": "orders"}, "values": {P: 1048576.0}, "removed": []}]
+            assert h.proxy.quota_control.take_unshared() == [
+                change_field(ORDERS, QuotaKey.PRODUCER_BYTE_RATE, 1048576.0)]
             # --describe --entity-type topics --entity-name orders (synonyms asked for).
             msg = describe(["orders"], version=4, synonyms=True)
             raw, corr = await exchange(c, msg)
@@ -223,6 +227,22 @@ def test_a_resource_the_broker_refuses_keeps_its_quota_as_it_was() -> None:
             assert raw == framed(msg, corr, alter_body(1, 5, [(TOPIC, "orders", *script.refuse["orders"])]))
             assert quotas(h) == {}
             assert metric(h, "kafka_quota_proxy_quota_changes_total", source="api", outcome="refused") == 1
+            c.close()
+    run(scenario())
+
+
+def test_a_resource_the_broker_leaves_out_of_its_answer_changes_no_quota() -> None:
+    script = ConfigScript()
+    script.omit.add("orders")
+
+    async def scenario() -> None:
+        async with running(script) as h:
+            c = await connect(h)
+            msg = alter([(TOPIC, "orders", [(P, SET, "2048"), ("retention.ms", SET, "1")]),
+                         (TOPIC, "other", [(P, SET, "4096")])])
+            raw, corr = await exchange(c, msg)
+            assert raw == framed(msg, corr, alter_body(1, 5, [(TOPIC, "other", 0, None)]))
+            assert quotas(h) == {QuotaEntity(topic="other"): {QuotaKey.PRODUCER_BYTE_RATE: 4096.0}}
             c.close()
     run(scenario())
 

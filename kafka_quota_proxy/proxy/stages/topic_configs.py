@@ -95,63 +95,68 @@ class TopicConfigsAlter(RequestStage):
                 if kind == TOPIC_RESOURCE and has_quota_configs(configs[i])]
         if not ours:
             return None
-        plan = AlterPlan(resources, [None] * len(resources), validate_only=request.validate_only)
+        plan = self._judge(ctx, resources, configs, ours, request.validate_only)
+        forwarded = [i for i, answer in enumerate(plan.answers) if answer is None]
+        if not forwarded:
+            return Reply(_alter_response(ctx.api_version, 0, merge_answers(plan, [])))
+        for i in plan.after_broker:
+            wire[i].configs = [c for c in wire[i].configs if c.name not in QUOTA_CONFIGS]
+        cls: Any = IncrementalAlterConfigsRequest
+        body = cls(version=ctx.api_version, validate_only=request.validate_only,
+                   resources=[wire[i] for i in forwarded]).encode(version=ctx.api_version)
+        head = bytes(ctx.frame[4:ctx.header.body_offset])  # the client's header, as it came
+        ctx.replaced = Pieces((_SIZE.pack(len(head) + len(body)), head, bytes(body)))
+        ctx.topic_configs = plan
+        return None
+
+    def _judge(self, ctx: RequestContext, resources: list[tuple[int, str]], configs: list[list[WireConfig]],
+               ours: list[int], validate_only: bool) -> AlterPlan:
+        """Answer, or keep for after the broker, each resource with quota ops: refused (a
+        duplicate, not allowed, a bad op), applied now (quota ops alone), or waiting for the
+        broker to accept the rest of it. Audited as AlterClientQuotas is."""
+        plan = AlterPlan(resources, [None] * len(resources), validate_only=validate_only)
         conn = ctx.conn
         verdict = self.access.may_alter(self.engine.settings, conn.principal, conn.ip)
         # A resource twice is refused by a broker, each time; the proxy refuses them all when one
         # is its own, so that the broker cannot accept the other copy alone.
         doubled = {resources[i] for i in resource_conflicts(resources) & set(ours)}
-        refused: list[tuple[WireEntity, list[WireOp], tuple[int, str | None]]] = []
-        at_once: list[tuple[int, list[WireOp]]] = []
         for i, resource in enumerate(resources):
             if resource in doubled:
                 plan.answers[i] = (INVALID_REQUEST, DUPLICATE_RESOURCE)
+        refused: list[tuple[WireEntity, list[WireOp]]] = []
+        refusals: list[tuple[int, str | None]] = []
+        at_once: list[tuple[int, list[WireOp]]] = []
         for i in ours:
             name = resources[i][1]
             answer = plan.answers[i]
-            if answer is not None:
-                refused.append((topic_entity(name), _audit_ops(configs[i]), answer))
-                continue
-            if not verdict.allowed:
+            if answer is None and not verdict.allowed:
                 self.access.note_refusal(self.engine.settings)
-                plan.answers[i] = (CLUSTER_AUTHORIZATION_FAILED, verdict.reason)
-                refused.append((topic_entity(name), _audit_ops(configs[i]),
-                                (CLUSTER_AUTHORIZATION_FAILED, verdict.reason)))
-                continue
-            try:
-                alteration = split_resource(name, configs[i])
-            except QuotaRequestError as e:
-                plan.answers[i] = (e.error_code, e.message)
-                refused.append((topic_entity(name), _audit_ops(configs[i]), (e.error_code, e.message)))
-                continue
-            if alteration.broker_ops:
-                plan.after_broker[i] = alteration.ops
-            else:
-                at_once.append((i, alteration.ops))
+                answer = (CLUSTER_AUTHORIZATION_FAILED, verdict.reason)
+            if answer is None:
+                try:
+                    alteration = split_resource(name, configs[i])
+                except QuotaRequestError as e:
+                    answer = (e.error_code, e.message)
+                else:
+                    if alteration.broker_ops:
+                        plan.after_broker[i] = alteration.ops
+                    else:
+                        at_once.append((i, alteration.ops))
+                    continue
+            plan.answers[i] = answer
+            refused.append((topic_entity(name), _audit_ops(configs[i])))
+            refusals.append(answer)
         before = self.control.effective()
+        audit = self.control.audit
         if refused:
-            self.control.audit.api_alter(conn.principal, conn.peer, before,
-                                         [(entity, ops) for entity, ops, _ in refused],
-                                         [answer for _, _, answer in refused], request.validate_only)
+            audit.api_alter(conn.principal, conn.peer, before, refused, refusals, validate_only)
         if at_once:
             entries = [(topic_entity(resources[i][1]), ops) for i, ops in at_once]
-            results = self.control.alter(entries, request.validate_only).results
-            self.control.audit.api_alter(conn.principal, conn.peer, before, entries, results,
-                                         request.validate_only)
+            results = self.control.alter(entries, validate_only).results
+            audit.api_alter(conn.principal, conn.peer, before, entries, results, validate_only)
             for (i, _), result in zip(at_once, results, strict=True):
                 plan.answers[i] = result
-        forwarded = [i for i, answer in enumerate(plan.answers) if answer is None]
-        if not forwarded:
-            return Reply(_alter_response(ctx.api_version, 0, merge_answers(plan, [])))
-        cls: Any = IncrementalAlterConfigsRequest
-        for i in plan.after_broker:
-            wire[i].configs = [c for c in wire[i].configs if c.name not in QUOTA_CONFIGS]
-        body = cls(version=ctx.api_version, validate_only=request.validate_only,
-                   resources=[wire[i] for i in forwarded]).encode(version=ctx.api_version)
-        head = bytes(ctx.frame[4:ctx.header.body_offset])
-        ctx.replaced = Pieces((_SIZE.pack(len(head) + len(body)), head, bytes(body)))
-        ctx.topic_configs = plan
-        return None
+        return plan
 
 
 def _alter_response(version: int, throttle_ms: int, results: list[tuple[int, str, int, str | None]]) -> bytes:
@@ -220,26 +225,25 @@ class TopicConfigsAnswer(ResponseStage):
 
     def _after_broker(self, ctx: RequestContext, plan: AlterPlan,
                       merged: list[tuple[int, str, int, str | None]]) -> None:
-        """Apply the quota ops of each mixed resource the broker accepted; note the others."""
-        conn = ctx.conn
-        by_resource = {(kind, name): i for i, (kind, name, _, _) in enumerate(merged)}
+        """Apply the quota ops of each mixed resource the broker accepted; the others' are
+        refused (audited so) and change nothing."""
+        conn, audit = ctx.conn, self.control.audit
+        by_resource = {(kind, name): at for at, (kind, name, _, _) in enumerate(merged)}
         for index, ops in plan.after_broker.items():
             resource = plan.resources[index]
-            at = by_resource.get(resource)
-            entity = topic_entity(resource[1])
+            entry = [(topic_entity(resource[1]), ops)]
             before = self.control.effective()
-            if at is None or merged[at][2]:
-                reason = ("the broker did not answer for the topic" if at is None else
-                          f"the broker refused the topic's other configs: {merged[at][3]}")
-                self.control.audit.api_alter(conn.principal, conn.peer, before, [(entity, ops)],
-                                             [(merged[at][2] if at is not None else INVALID_REQUEST, reason)],
-                                             plan.validate_only)
-                continue
-            results = self.control.alter([(entity, ops)], plan.validate_only).results
-            self.control.audit.api_alter(conn.principal, conn.peer, before, [(entity, ops)], results,
-                                         plan.validate_only)
-            if results[0][0]:
-                merged[at] = (*resource, *results[0])
+            at = by_resource.get(resource)
+            results: list[tuple[int, str | None]]
+            if at is None:  # the broker left it out of its answer: nothing is known to have changed
+                results = [(INVALID_REQUEST, "the broker did not answer for it")]
+            elif merged[at][2]:
+                results = [(merged[at][2], f"the broker refused the topic's other configs: {merged[at][3]}")]
+            else:
+                results = self.control.alter(entry, plan.validate_only).results
+                if results[0][0]:
+                    merged[at] = (*resource, *results[0])
+            audit.api_alter(conn.principal, conn.peer, before, entry, results, plan.validate_only)
 
 
 def _described(msg: Any, plan: DescribeAdditions) -> bytes | None:
