@@ -29,6 +29,11 @@ from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
+from kafka_quota_proxy.proxy.stages.topic_configs import (
+    TopicConfigsAlter,
+    TopicConfigsAnswer,
+    TopicConfigsDescribe,
+)
 from kafka_quota_proxy.proxy.stages.topic_quotas import (
     TopicFetchSettle,
     TopicProduceRefusals,
@@ -61,10 +66,12 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
         response.append(sasl)
     # Topic quotas before client quotas: a client is charged for the bytes that go on, not for
     # a topic's refused ones, and its fetch for what it is delivered.
-    request += [ClientQuotasApi(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
+    request += [ClientQuotasApi(quota_control, engine, access),
+                TopicConfigsAlter(quota_control, engine, access),
+                TopicConfigsDescribe(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
                 TopicQuotaCharge(engine)]
-    response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata), TopicProduceRefusals(engine),
-                 TopicFetchSettle(engine)]
+    response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
+                 TopicConfigsAnswer(quota_control), TopicProduceRefusals(engine), TopicFetchSettle(engine)]
     if topic_usage:  # after the topic quotas, which count what they measure themselves
         request.append(ProduceTopicBytes(engine.leadership))
         response.append(FetchTopicBytes(engine.leadership))

@@ -37,6 +37,7 @@ from kafka_quota_proxy.protocol.messages import decode_response
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
 from kafka_quota_proxy.quota.managers import ChargeHandle
+from kafka_quota_proxy.quota.topic_configs import AlterPlan, DescribeAdditions
 
 
 @dataclass(slots=True)
@@ -111,6 +112,9 @@ class RequestContext:
     # A Produce's or a Fetch response's record bytes per topic, (topic, bytes that went on,
     # bytes refused by the topic's quota), when a stage walked them: for the usage log.
     topic_bytes: list[tuple[str, int, int]] | None = None
+    # Topic quotas as topic configs: an IncrementalAlterConfigs split between the proxy and the
+    # broker, or the quota entries a DescribeConfigs response gains.
+    topic_configs: AlterPlan | DescribeAdditions | None = None
 
     @property
     def api_key(self) -> int:

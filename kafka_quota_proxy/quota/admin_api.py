@@ -328,12 +328,12 @@ def _validate_ops(entity: QuotaEntity, ops: Sequence[WireOp]) -> list[tuple[Quot
                                                      f"(a user or the default user, no client-id)")
         if key is None or key not in valid_keys:
             raise QuotaRequestError(INVALID_REQUEST, f"Invalid configuration key {key_name}")
-        _validate_value(key, value)
+        validate_value(key, value)
         alterations.append((key, float(value)))
     return alterations
 
 
-def _validate_value(key: QuotaKey, value: float) -> None:
+def validate_value(key: QuotaKey, value: float) -> None:
     """ClientQuotaControlManager.validateQuotaKeyValue, then the proxy's finiteness check."""
     if value <= 0.0:
         raise QuotaRequestError(INVALID_REQUEST, f"Quota {key.value} must be greater than 0")

@@ -13,6 +13,7 @@ names who may, exactly those may.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from kafka_quota_proxy.config import Settings
@@ -21,6 +22,12 @@ from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.identity import ANONYMOUS
 
 ANYONE = "*"
+UPGRADE_NOTE = ("quota management through the proxy is closed unless quota.alter_principals says "
+                "who may change quotas (and quota.describe_principals who may read them); set "
+                "quota.alter_principals to your admin principals, or to [\"*\"] for the old open "
+                "behaviour (docs/quotas.md, \"Who may change quotas\")")
+
+log = logging.getLogger("kafka_quota_proxy.quotas")
 
 
 def authenticates_clients(settings: Settings) -> bool:
@@ -56,6 +63,7 @@ class QuotaAccess:
 
     def __init__(self, authenticated: bool) -> None:
         self.authenticated = authenticated  # some listener authenticates clients (fixed at start)
+        self._upgrade_noted = False
 
     def may_alter(self, settings: QuotaSettings, principal: str, ip: str) -> Verdict:
         allowed = settings.alter_principals or frozenset()
@@ -75,6 +83,13 @@ class QuotaAccess:
         return Verdict(False, f"Principal {principal} may not describe client quotas: it is not in "
                               f"quota.describe_principals or quota.alter_principals"
                               f"{self._why_not_loopback(settings, principal, ip)}")
+
+    def note_refusal(self, settings: QuotaSettings) -> None:
+        """After a refusal, once a process, when the operator never said who may manage quotas:
+        what to set."""
+        if settings.alter_principals is None and not self._upgrade_noted:
+            self._upgrade_noted = True
+            log.warning("a quota request was refused: %s", UPGRADE_NOTE)
 
     def _local_anonymous(self, settings: QuotaSettings, principal: str, ip: str) -> bool:
         return (principal == ANONYMOUS and settings.anonymous_loopback and settings.alter_principals is None

@@ -13,6 +13,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 
+from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp, entity_from_wire
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 
 log = logging.getLogger("kafka_quota_proxy.audit")
@@ -50,6 +51,26 @@ class QuotaAudit:
         if reason:
             line += f" reason={reason!r}"
         log.log(logging.WARNING if outcome == REFUSED else logging.INFO, "%s", line)
+
+    def api_alter(self, principal: str, address: str, before: Quotas,
+                  wire: Sequence[tuple[WireEntity, Sequence[WireOp]]],
+                  results: Sequence[tuple[int, str | None]], validate_only: bool) -> None:
+        """Every op of an alteration asked for through the API (AlterClientQuotas, or a topic's
+        quota keys in IncrementalAlterConfigs), with its entry's outcome; `before` is what was
+        in force."""
+        done = VALIDATED if validate_only else ACCEPTED
+        for (code, message), (entity, ops) in zip(results, wire, strict=True):
+            try:
+                old = before.get(entity_from_wire(entity), {})
+            except QuotaRequestError:
+                old = {}
+            for key, value, remove in ops:
+                try:
+                    was = old.get(QuotaKey(key))
+                except ValueError:
+                    was = None
+                self.record(API, REFUSED if code else done, principal, address, wire_entity(entity), key,
+                            was, None if remove else value, message if code else None)
 
     def file_reload(self, path: str, before: Quotas, after: Quotas) -> None:
         """Every key an edit of the config file changed, in a stable order."""

@@ -9,7 +9,6 @@ is one audit line and one count (proxy/quotas/audit.py).
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from kafka.protocol.admin.client_quotas import AlterClientQuotasResponse, DescribeClientQuotasResponse
@@ -19,31 +18,15 @@ from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
-from kafka_quota_proxy.proxy.quotas.audit import ACCEPTED, API, REFUSED, VALIDATED, wire_entity
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
-from kafka_quota_proxy.quota.admin_api import (
-    DescribeResult,
-    QuotaRequestError,
-    WireComponent,
-    WireEntity,
-    WireOp,
-    entity_from_wire,
-)
-from kafka_quota_proxy.quota.entities import QuotaKey
-
-log = logging.getLogger("kafka_quota_proxy.quotas")
+from kafka_quota_proxy.quota.admin_api import DescribeResult, WireComponent, WireEntity, WireOp
 
 SERVED = ((DESCRIBE_CLIENT_QUOTAS, 0, 1), (ALTER_CLIENT_QUOTAS, 0, 1))
 
-UPGRADE_NOTE = ("quota management through the proxy is closed unless quota.alter_principals says "
-                "who may change quotas (and quota.describe_principals who may read them); set "
-                "quota.alter_principals to your admin principals, or to [\"*\"] for the old open "
-                "behaviour (docs/quotas.md, \"Who may change quotas\")")
 
-
-def _items(array: Any, name: str) -> Any:
+def not_null(array: Any, name: str) -> Any:
     """A request array that the schema says is never null (kafka-python reads length -1 as None;
     Kafka's parser refuses such a request, and so does the proxy)."""
     if array is None:
@@ -53,14 +36,14 @@ def _items(array: Any, name: str) -> Any:
 
 def describe_components(request: Any) -> list[WireComponent]:
     """A decoded DescribeClientQuotas request's filter, as admin_api takes it."""
-    return [(c.entity_type, c.match_type, c.match) for c in _items(request.components, "components")]
+    return [(c.entity_type, c.match_type, c.match) for c in not_null(request.components, "components")]
 
 
 def alter_entries(request: Any) -> list[tuple[WireEntity, list[WireOp]]]:
     """A decoded AlterClientQuotas request's entries, as admin_api takes them."""
-    return [([(e.entity_type, e.entity_name) for e in _items(entry.entity, "entity")],
-             [(op.key, op.value, op.remove) for op in _items(entry.ops, "ops")])
-            for entry in _items(request.entries, "entries")]
+    return [([(e.entity_type, e.entity_name) for e in not_null(entry.entity, "entity")],
+             [(op.key, op.value, op.remove) for op in not_null(entry.ops, "ops")])
+            for entry in not_null(request.entries, "entries")]
 
 
 def describe_response(result: DescribeResult, version: int) -> bytes:
@@ -97,7 +80,6 @@ class ClientQuotasApi(RequestStage):
         self.control = control
         self.engine = engine  # its settings change on reload
         self.access = access
-        self._upgrade_noted = False
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         request = ctx.decode_request()
@@ -108,7 +90,7 @@ class ClientQuotasApi(RequestStage):
     def _describe(self, request: Any, ctx: RequestContext) -> bytes:
         verdict = self.access.may_describe(self.engine.settings, ctx.conn.principal, ctx.conn.ip)
         if not verdict.allowed:
-            self._note_upgrade()
+            self.access.note_refusal(self.engine.settings)
             result = DescribeResult(CLUSTER_AUTHORIZATION_FAILED, verdict.reason, None)
         else:
             result = self.control.describe(describe_components(request), request.strict)
@@ -121,28 +103,10 @@ class ClientQuotasApi(RequestStage):
         before = self.control.effective()
         results: list[tuple[int, str | None]]
         if not verdict.allowed:
-            self._note_upgrade()
+            self.access.note_refusal(self.engine.settings)
             results = [(CLUSTER_AUTHORIZATION_FAILED, verdict.reason)] * len(wire)
         else:
             results = self.control.alter(wire, request.validate_only).results
-        done = VALIDATED if request.validate_only else ACCEPTED
-        for (code, message), (entity, ops) in zip(results, wire, strict=True):
-            try:
-                old = before.get(entity_from_wire(entity), {})
-            except QuotaRequestError:
-                old = {}
-            for key, value, remove in ops:
-                try:
-                    was = old.get(QuotaKey(key))
-                except ValueError:
-                    was = None
-                self.control.audit.record(
-                    API, REFUSED if code else done, conn.principal, conn.peer, wire_entity(entity), key,
-                    was, None if remove else value, message if code else None)
+        self.control.audit.api_alter(conn.principal, conn.peer, before, wire, results, request.validate_only)
         return alter_response(results, wire, ctx.api_version)
 
-    def _note_upgrade(self) -> None:
-        """Once a process, when the operator never said who may manage quotas: what to set."""
-        if self.engine.settings.alter_principals is None and not self._upgrade_noted:
-            self._upgrade_noted = True
-            log.warning("a quota request was refused: %s", UPGRADE_NOTE)
