@@ -29,17 +29,24 @@ class Acks:
 
 
 def produce_both(bootstrap: str, client: int, topics: dict[str, float], seconds: float, acks: Acks,
-                 start: float, record: int = RECORD) -> None:
+                 start: float, record: int = RECORD, max_unacked: int | None = None) -> None:
     """One client: records numbered per topic, each topic paced to its own bytes/s. Idempotent,
     and a refused batch is retried after at most 100 ms (librdkafka's default backoff grows to
-    1 s, and a partition waiting for its refused batch sits idle after the topic has room)."""
+    1 s, and a partition waiting for its refused batch sits idle after the topic has room).
+
+    `max_unacked`: at most this many records of a topic produced and not yet acknowledged; the
+    client falls behind its pace meanwhile and catches up when acknowledgements come, as a
+    producer whose send blocks on a full buffer. None: the queue grows with all a held topic is
+    offered over its quota, and the final flush pushes it through at the quota's rate."""
     p = Producer({"bootstrap.servers": bootstrap, "client.id": f"writer-{client}",
                   "enable.idempotence": True, "linger.ms": 20, "batch.size": 64 * KiB,
                   "retry.backoff.max.ms": 100})
     lock = threading.Lock()
+    done = dict.fromkeys(topics, 0)
 
     def delivered(err: object, msg: object) -> None:
         with lock:
+            done[msg.topic()] += 1  # type: ignore[attr-defined]
             if err is not None:
                 acks.errors.append(str(err))
             else:
@@ -50,6 +57,8 @@ def produce_both(bootstrap: str, client: int, topics: dict[str, float], seconds:
     while (elapsed := time.monotonic() - start) < seconds:
         for topic, rate in topics.items():
             while sent[topic] * record < rate * elapsed:
+                if max_unacked is not None and sent[topic] - done[topic] >= max_unacked:
+                    break
                 value = f"{client}:{sent[topic]}:".encode().ljust(record, b".")
                 try:
                     p.produce(topic, value, key=str(sent[topic]).encode(), on_delivery=delivered)
