@@ -24,10 +24,8 @@ comes rather than up to the watermark: read up to the watermark, 100 records loo
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -37,13 +35,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from devkit.processes import ProxyProcess
 from devkit.tansu import Broker
 from tests.support.clients import in_thread
+from tests.support.topic_clients import RECORD, Acks, KiB, assert_each_once, produce_both, read_all
 from tests.support.usage import topic_totals, usage_records
 
 pytestmark = pytest.mark.integration
 
-KiB = 1024
 QUOTA = 256 * KiB
-RECORD = 8 * KiB  # the quota counts record sets: batch and record headers are ~1% of 8 KiB, ~8% of 1 KiB
 CLIENTS = 3
 HOT_EACH, COLD_EACH = 120 * KiB, 40 * KiB  # offered per client: hot 360 KiB/s in all, cold 120
 RUN = 35.0
@@ -61,48 +58,6 @@ def topic_proxy(broker: Broker, broker_node_id: int) -> Iterator[ProxyProcess]:
         p.stop()
 
 
-@dataclass
-class Acks:
-    """What one client saw acknowledged: (time since start, topic, bytes), and any error."""
-
-    acked: list[tuple[float, str, int]] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    sent: dict[str, int] = field(default_factory=dict)  # records produced per topic
-
-
-def produce_both(bootstrap: str, client: int, topics: dict[str, float], seconds: float, acks: Acks,
-                 start: float) -> None:
-    """One client: records numbered per topic, each topic paced to its own bytes/s."""
-    p = Producer({"bootstrap.servers": bootstrap, "client.id": f"writer-{client}",
-                  "enable.idempotence": True, "linger.ms": 20, "batch.size": 64 * KiB,
-                  "retry.backoff.max.ms": 100})
-    lock = threading.Lock()
-
-    def delivered(err: object, msg: object) -> None:
-        with lock:
-            if err is not None:
-                acks.errors.append(str(err))
-            else:
-                value: bytes = msg.value()  # type: ignore[attr-defined]
-                acks.acked.append((time.monotonic() - start, msg.topic(), len(value)))  # type: ignore[attr-defined]
-
-    sent = dict.fromkeys(topics, 0)
-    while (elapsed := time.monotonic() - start) < seconds:
-        for topic, rate in topics.items():
-            while sent[topic] * RECORD < rate * elapsed:
-                value = f"{client}:{sent[topic]}:".encode().ljust(RECORD, b".")
-                try:
-                    p.produce(topic, value, key=str(sent[topic]).encode(), on_delivery=delivered)
-                except BufferError:
-                    break
-                sent[topic] += 1
-        p.poll(0.01)
-    remaining = p.flush(90)
-    acks.sent = sent
-    if remaining:
-        acks.errors.append(f"{remaining} records not delivered within 90 s of the end")
-
-
 def run_clients(bootstrap: str, hot: str, cold: str) -> list[Acks]:
     results = [Acks() for _ in range(CLIENTS)]
     start = time.monotonic()
@@ -114,37 +69,7 @@ def run_clients(bootstrap: str, hot: str, cold: str) -> list[Acks]:
 
 
 def rate(results: list[Acks], topic: str) -> float:
-    total = sum(n for r in results for t, name, n in r.acked
-                if name == topic and STEADY_FROM <= t < STEADY_TO)
-    return total / (STEADY_TO - STEADY_FROM)
-
-
-def read_all(bootstrap: str, topic: str, expected: int) -> list[bytes]:
-    """Every record of the topic, straight from the broker: until `expected` have come and
-    nothing more comes for 3 s (Tansu's high watermark lags its log, so it cannot say when)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{topic}",
-                  "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + 90
-    quiet_since = time.monotonic()
-    while time.monotonic() < deadline:
-        got = [msg.value() for msg in c.consume(500, 0.5) if msg.error() is None]
-        values += got
-        if got:
-            quiet_since = time.monotonic()
-        elif len(values) >= expected and time.monotonic() - quiet_since > 3:
-            break
-    c.close()
-    return values
-
-
-def assert_each_once(values: list[bytes], results: list[Acks], topic: str) -> None:
-    seen = [tuple(v.split(b":")[:2]) for v in values]
-    assert len(seen) == len(set(seen)), f"{topic}: {len(seen) - len(set(seen))} duplicates"
-    wanted = {(str(i).encode(), str(n).encode()) for i, r in enumerate(results) for n in range(r.sent[topic])}
-    missing = sorted((int(c), int(n)) for c, n in wanted - set(seen))
-    assert set(seen) == wanted, f"{topic}: {len(missing)} missing, first {missing[:10]}"
+    return sum(r.rate(topic, STEADY_FROM, STEADY_TO) for r in results)
 
 
 def test_a_hot_topic_is_held_to_its_quota_while_the_cold_one_is_not_slowed(
@@ -168,7 +93,7 @@ def test_a_hot_topic_is_held_to_its_quota_while_the_cold_one_is_not_slowed(
     assert [r.errors for r in free + held] == [[]] * (2 * CLIENTS)
     for topic in ("hot-topic-quota", "cold-topic-quota"):
         expected = sum(r.sent[topic] for r in held)
-        assert_each_once(read_all(broker.address, topic, expected), held, topic)
+        assert_each_once(read_all(broker.address, topic, expected, PARTITIONS), held, topic)
     assert 0.9 * QUOTA <= hot <= 1.1 * QUOTA
     assert rate(free, "hot-topic-free") >= 1.3 * QUOTA  # the clients do offer more than the quota
     assert refused is not None and refused > 0

@@ -13,6 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kafka_quota_proxy.config.quota_settings import QuotaSettings
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
@@ -28,6 +30,7 @@ from kafka_quota_proxy.quota.shared import (
     sensor_key_text,
 )
 from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
+from kafka_quota_proxy.quota.topics import Leadership, TopicQuotaManager
 
 CONFIG = MetricConfig(samples=11, window_ms=1000)
 KEY = sensor_key_text("produce", "cluster", ("Produce", "alice", ""))
@@ -493,3 +496,116 @@ def test_when_the_sync_moves_the_clock_counts_land_in_the_sample_of_the_new_offs
     assert rate.unsynced(0) == {5: 100, 6: 11}
     rate.record(1000, 6_300)  # 7_000: sample 7
     assert rate.unsynced(0) == {5: 100, 6: 11, 7: 1000}
+
+
+# -- topic quotas through the store ------------------------------------------------------------------
+#
+# A topic quota's rate is a SharedRate of its own kind (`topic-produce`, `topic-fetch`), made by
+# ScopedShared as the client quotas' are: two replicas' TopicQuotaManagers on one store hold the
+# topic to one budget (docs/topic-quotas.md, "One budget"). Kafka's rate lets a topic held by
+# refusals burst when its first burst's sample ages out, then refuses for most of a window, so
+# what a topic is taken for is measured over four whole windows.
+
+TOPIC_Q = 128 * 1024.0
+STEADY_MS = (15_000, 59_000)  # four 11 s windows, after the first burst is paid back
+
+
+def _topic_fleet(offered: list[dict[str, float]], scope: str = "cluster", shared: bool = True,
+                 leadership: Leadership | None = None, seconds: int = 60) -> list[dict[str, float]]:
+    """One replica per entry of `offered`, its clients offering {broker: bytes/s} of the topic
+    "hot" (broker "" for scopes proxy and cluster), each 10 ms a Produce per broker, through
+    `admit` as the Produce stage does (a refused request is dropped; a real client retries it,
+    which here is the next tick's bytes). The replicas sync every 100 ms through one `Sums`.
+    Returns what each replica took per broker over STEADY_MS, in bytes/s."""
+    store = QuotaStore({QuotaEntity(topic="hot"): {QuotaKey.PRODUCER_BYTE_RATE: TOPIC_Q}})
+    split = leadership or Leadership()
+    fleet = [SharedQuotas(CONFIG, clock=StoreClock()) for _ in offered]
+    for q in fleet:
+        q.live_replicas = len(offered)
+
+    def manager(q: SharedQuotas, broker: str) -> TopicQuotaManager:
+        stats = ScopedShared(q, "topic-produce", broker or scope) if shared else None
+        return TopicQuotaManager(QuotaKey.PRODUCER_BYTE_RATE, store, CONFIG, LocalSensors(CONFIG), split,
+                                 broker or None, brokers=lambda: 2, stats=stats)
+
+    managers = [{broker: manager(q, broker) for broker in wants}
+                for q, wants in zip(fleet, offered, strict=True)]
+    taken = [dict.fromkeys(wants, 0.0) for wants in offered]
+    sums = Sums()
+    for now in range(10, seconds * 1000 + 1, 10):
+        for wants, ms, took in zip(offered, managers, taken, strict=True):
+            for broker, bps in wants.items():
+                size = bps / 100
+                taken_now = ms[broker].admit("hot", size, float(now)).throttle_ms == 0
+                if taken_now and STEADY_MS[0] <= now < STEADY_MS[1]:
+                    took[broker] += size
+        if shared and now % 100 == 0:
+            for i, q in enumerate(fleet):
+                sums.sync(q, f"r{i}", float(now))
+    span_s = (STEADY_MS[1] - STEADY_MS[0]) / 1000
+    return [{broker: b / span_s for broker, b in took.items()} for took in taken]
+
+
+def test_two_replicas_sharing_a_store_hold_a_topic_to_one_budget_not_two() -> None:
+    # Each replica's clients offer the hot topic 1.4 Q: on its own each replica holds it to Q, so
+    # two take 2 Q; sharing one store, the two take Q between them.
+    offered = [{"": 1.4 * TOPIC_Q}, {"": 1.4 * TOPIC_Q}]
+    alone = sum(t[""] for t in _topic_fleet(offered, shared=False))
+    together = _topic_fleet(offered)
+    total = sum(t[""] for t in together)
+    assert 1.85 * TOPIC_Q < alone <= 2.0 * TOPIC_Q  # Kafka's formula holds each a little under Q
+    assert 0.8 * TOPIC_Q < total < 1.05 * TOPIC_Q
+    assert all(t[""] > 0.3 * TOPIC_Q for t in together)  # neither replica's clients starved
+    # Uneven: one replica's clients offer 2 Q, the other's 0.3 Q; still one budget.
+    skewed = _topic_fleet([{"": 2.0 * TOPIC_Q}, {"": 0.3 * TOPIC_Q}])
+    assert 0.8 * TOPIC_Q < sum(t[""] for t in skewed) < 1.05 * TOPIC_Q
+
+
+def test_with_scope_broker_each_brokers_part_of_a_topic_is_held_across_replicas() -> None:
+    # The draft's split, with the store: broker a leads 3 of the topic's 4 partitions, b one, so
+    # a allows the topic 3/4 Q and b 1/4 Q, for every replica together (the store keys a topic's
+    # rate by the upstream broker, as a client's in scope broker).
+    a, b = "10.0.0.1:9092", "10.0.0.2:9092"
+    leadership = Leadership()
+    leadership.observe("hot", [a, a, a, b])
+    offered = [{a: 1.4 * TOPIC_Q, b: 1.4 * TOPIC_Q}] * 2
+    together = _topic_fleet(offered, scope="broker", leadership=leadership)
+    at_a, at_b = (sum(t[broker] for t in together) for broker in (a, b))
+    assert 0.8 * 0.75 * TOPIC_Q < at_a < 1.05 * 0.75 * TOPIC_Q
+    assert 0.8 * 0.25 * TOPIC_Q < at_b < 1.05 * 0.25 * TOPIC_Q
+    alone = _topic_fleet(offered, scope="broker", leadership=leadership, shared=False)
+    assert sum(t[a] for t in alone) > 1.85 * 0.75 * TOPIC_Q
+
+
+def test_a_topics_rate_is_stored_apart_from_a_client_of_the_same_name() -> None:
+    # A topic named as a client-id (or a user) is another entity: its bytes never count for the
+    # client's quota, nor the client's for the topic's, at any replica.
+    q = SharedQuotas(CONFIG)
+    topic = ScopedShared(q, "topic-produce", "cluster").rate(("TopicProduce", "app"))
+    client = ScopedShared(q, "produce", "cluster").rate(("Produce", "", "app"))
+    fetched = ScopedShared(q, "topic-fetch", "cluster").rate(("TopicFetch", "app"))
+    assert len({id(topic), id(client), id(fetched)}) == 3
+    assert isinstance(fetched, SharedRate) and not isinstance(fetched, SharedFetchRate)
+    assert sorted(s.key.split("\x1f")[0] for s in q._stats.values()) == ["produce", "topic-fetch",
+                                                                          "topic-produce"]
+
+
+@pytest.mark.parametrize(("scope", "shared"), [("cluster", True), ("broker", True), ("proxy", False)])
+def test_the_engine_shares_topic_quotas_in_scopes_broker_and_cluster_not_proxy(scope: str,
+                                                                                shared: bool) -> None:
+    # Scope proxy is each process's own budget, for topic quotas as for client quotas
+    # (docs/cluster-quotas.md): only the workers of one --workers proxy share it.
+    quotas = QuotaStore({QuotaEntity(topic="hot"): {QuotaKey.PRODUCER_BYTE_RATE: 1e9}})
+    engines = [QuotaEngine(QuotaSettings(scope=scope), quotas, clock=lambda: 5_000, shared_buckets=4)
+               for _ in range(2)]
+    sums = Sums()
+    broker = "10.0.0.1:9092"
+    for i, engine in enumerate(engines):
+        engine.leadership.observe("hot", [broker])
+        engine.scope(broker).topic_produce.admit("hot", 10_000 if i == 0 else 1, 5_000.0)
+    for _ in range(2):  # the second round brings the second replica's bytes to the first
+        for i, engine in enumerate(engines):
+            assert engine.shared is not None
+            sums.sync(engine.shared, f"r{i}", 5_000.0)
+    seen = [e.scope(broker).topic_produce.measure("hot", 5_000.0) for e in engines]
+    assert seen == ([1_000.1, 1_000.1] if shared else [1_000.0, 0.1])
