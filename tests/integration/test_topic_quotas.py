@@ -12,8 +12,9 @@ The rate is Kafka's with its default windows (N = 11 samples of 1 s): the hot to
 is paid back in refusals, and its bytes then come in bursts a window apart (per second: ~6 s at
 the offered 1.4 Q, ~4 s near nothing), the echo of the first burst leaving the window. So the
 steady state is measured over two whole windows, 13-35 s: over 15-35 s, which is not a whole
-number of windows, the same runs read 0.90-0.94 of the quota depending on the bursts' phase (one
-CI-like run 0.895), over 13-35 s 0.95-0.98. Rates are what the clients saw acknowledged. The producers retry a refused batch after at most 100 ms (`retry.backoff.max.ms`):
+number of windows, the same runs read 0.90-0.94 of the quota depending on the bursts' phase (an
+earlier run 0.895), over 13-35 s 0.95-0.98. Rates are what the clients saw acknowledged. The
+producers retry a refused batch after at most 100 ms (`retry.backoff.max.ms`):
 with librdkafka's default, a backoff that grows to 1 s, a partition waiting for its refused batch
 sits idle after the topic has room again. The quota counts record sets, so records are 8 KiB:
 batch and record headers are ~1% of them (with 1 KiB records, ~8% of what the proxy counts was
