@@ -161,3 +161,12 @@ def describe_quotas(bootstrap: str, components: list[tuple[str, int, str | None]
     req = cls(components=[cls.ComponentData(entity_type=t, match_type=m, match=n) for t, m, n in components],
               strict=strict)
     return _call(bootstrap, req, version, DescribeClientQuotasResponse)
+
+
+def assert_no_lasting_degradation(log: str) -> None:
+    """At most one moment of degradation, and over: on a CI machine running the whole suite, the
+    store (or this proxy) can go unscheduled for longer than the watchdog's 2-3 sync intervals
+    (CI on 637fffc: once, in a healthy run whose quota was held at 1.02x). Degradation itself is
+    tested against real store faults (test_store_sync.py, test_shared_quotas.py's store fault test)."""
+    degraded = log.count("enforced as this replica's share")
+    assert degraded <= 1 and log.count("answers again") == degraded, log
