@@ -12,10 +12,9 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from kafka_quota_proxy.analytics.stats import ACCURACY, PERCENTILES
+from kafka_quota_proxy.analytics.stats import ACCURACY, PERCENTILES, TENANT
 from kafka_quota_proxy.quota import usage
 
-TENANT = ["user", "client_id"]
 # (measure name, the bytes the topic took, the bytes its quota refused)
 DIRECTIONS = (("produce", "produce_bytes", "produce_refused_bytes"),
               ("fetch", "fetch_bytes", "fetch_refused_bytes"))

@@ -52,10 +52,6 @@ def _skip_string(frame: memoryview, pos: int, compact: bool) -> int:
     return pos
 
 
-def _array_length(frame: memoryview, pos: int, compact: bool) -> tuple[int, int]:
-    return read_length(frame, pos, compact)
-
-
 def record_sets(frame: memoryview, body_offset: int, version: int) -> Iterator[memoryview]:
     """Each partition's records in a Produce request, as views into the frame (no copy)."""
     flexible = version >= 9
@@ -63,18 +59,18 @@ def record_sets(frame: memoryview, body_offset: int, version: int) -> Iterator[m
     if version >= 3:
         pos = _skip_string(frame, pos, flexible)  # transactional_id
     pos += 6  # acks int16, timeout_ms int32
-    topics, pos = _array_length(frame, pos, flexible)
+    topics, pos = read_length(frame, pos, flexible)
     for _ in range(max(topics, 0)):
         if version >= 13:
             need(frame, pos, 16)
             pos += 16  # topic_id
         else:
             pos = _skip_string(frame, pos, flexible)
-        partitions, pos = _array_length(frame, pos, flexible)
+        partitions, pos = read_length(frame, pos, flexible)
         for _ in range(max(partitions, 0)):
             need(frame, pos, 4)
             pos += 4  # index
-            size, pos = _array_length(frame, pos, flexible)  # bytes share the array's length form
+            size, pos = read_length(frame, pos, flexible)  # bytes share the array's length form
             if size > 0:
                 need(frame, pos, size)
                 yield frame[pos:pos + size]

@@ -75,9 +75,6 @@ class Leadership:
             return None
         return self._leads[topic].get(broker, 0) / total
 
-    def name_of(self, topic_id: bytes) -> str | None:
-        return self._names.get(topic_id)
-
     def named(self, name: str | None, topic_id: bytes | None) -> str | None:
         """A message's topic by name: its own, or its id's (v13+ name topics by id); None for an
         id no Metadata has named yet."""

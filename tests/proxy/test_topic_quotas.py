@@ -306,7 +306,7 @@ def test_the_split_follows_the_metadata_the_proxy_sees() -> None:
     cluster.observe_metadata(metadata([1, 1, 1, 2]))
     leadership = cluster.leadership
     assert leadership.share(HOT, "10.0.0.1:9092") == 0.75
-    assert leadership.name_of(uuid.UUID(int=9).bytes) == HOT
+    assert leadership.named(None, uuid.UUID(int=9).bytes) == HOT
     cluster.observe_metadata(metadata([1, 2, 2, -1]))  # moved, and one partition without a leader
     assert (leadership.share(HOT, "10.0.0.1:9092"), leadership.share(HOT, "10.0.0.2:9092")) == (0.25, 0.5)
     cluster.observe_metadata(metadata([], error_code=3))  # deleted

@@ -106,11 +106,11 @@ def test_forgotten_topic_and_its_ids() -> None:
     topic_id = bytes(range(16))
     leadership.observe("orders", [A, B], topic_id=topic_id)
     leadership.observe("nameless", [A], topic_id=bytes(16))  # the null id maps to nothing
-    assert leadership.name_of(topic_id) == "orders"
-    assert leadership.name_of(bytes(16)) is None
+    assert leadership.named(None, topic_id) == "orders"
+    assert leadership.named(None, bytes(16)) is None
     assert leadership.partitions("orders") == 2
     leadership.forget("orders")
-    assert leadership.name_of(topic_id) is None
+    assert leadership.named(None, topic_id) is None
     assert leadership.share("orders", A) is None
 
 

@@ -96,12 +96,15 @@ class TopicQuotaCharge(RequestStage):
             name = engine.leadership.named(topic.name, topic.topic_id)
             if name is None:
                 continue  # an id no Metadata has named yet: not measured
-            batches = [batch_sequence(ctx.frame, at) for at in topic.records_at]
-            if refuse and _out_of_turn(ctx.conn, name, topic.partitions, batches, now):
-                _count(engine, PRODUCE_TYPE, name, 0, now)
-                refused.append(index)
-                counted.append((name, 0, topic.size))
-                continue
+            # Batch sequences are read only where a refusal is held or made (not on every Produce).
+            batches = None
+            if refuse and ctx.conn.refused_batches:
+                batches = _batches(ctx, topic.records_at)
+                if _out_of_turn(ctx.conn, name, topic.partitions, batches, now):
+                    _count(engine, PRODUCE_TYPE, name, 0, now)
+                    refused.append(index)
+                    counted.append((name, 0, topic.size))
+                    continue
             charge = manager.admit(name, topic.size, now, refuse)
             if charge.throttle_ms:
                 _count(engine, PRODUCE_TYPE, name, charge.throttle_ms, now)
@@ -109,7 +112,8 @@ class TopicQuotaCharge(RequestStage):
                 if refuse:
                     refused.append(index)
                     counted.append((name, 0, topic.size))
-                    _remember(ctx.conn, name, topic.partitions, batches, now)
+                    _remember(ctx.conn, name, topic.partitions,
+                              batches if batches is not None else _batches(ctx, topic.records_at), now)
                     continue
             elif ctx.conn.refused_batches:
                 for partition in topic.partitions:
@@ -138,6 +142,10 @@ class TopicQuotaCharge(RequestStage):
 REFUSED_BATCH_EXPIRY_MS = 60_000
 
 Batch = tuple[int, int, int] | None  # (producer id, epoch, base sequence) of an idempotent batch
+
+
+def _batches(ctx: RequestContext, records_at: tuple[int, ...]) -> list[Batch]:
+    return [batch_sequence(ctx.frame, at) for at in records_at]
 
 
 def _out_of_turn(conn: ConnectionInfo, topic: str, partitions: tuple[int, ...], batches: list[Batch],
