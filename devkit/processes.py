@@ -135,6 +135,8 @@ class ProxyProcess:
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
     config_path: Path | None = None
+    # The interpreter that runs it: this one, or another install's (a fresh venv's, say).
+    python: str = sys.executable
 
     @property
     def bootstrap(self) -> str:
@@ -157,7 +159,7 @@ class ProxyProcess:
         self.log_path = tmp / "proxy.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kafka_quota_proxy", "--config", str(self.config_path)],
+                [self.python, "-m", "kafka_quota_proxy", "--config", str(self.config_path)],
                 stdout=log, stderr=subprocess.STDOUT)
         wait_for_port(self.port, proc=self.proc)
         if self.workers > 1:

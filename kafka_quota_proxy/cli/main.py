@@ -20,6 +20,7 @@ from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from kafka_quota_proxy.config import ConfigError, Settings, load_file, merge
+from kafka_quota_proxy.config.installed import missing_modules
 from kafka_quota_proxy.config.settings import parse_values
 from kafka_quota_proxy.config.worker_settings import WORKER_ROLE_FLAG, parse_worker_role
 from kafka_quota_proxy.protocol.framing import DEFAULT_MAX_FRAME_BYTES
@@ -87,6 +88,9 @@ def run_loop(main: Coroutine[Any, Any, Any]) -> Any:
 
 def _run(argv: Sequence[str]) -> int:
     settings = settings_from_args(argv)
+    if missing := missing_modules(settings):
+        print(f"kafka-quota-proxy: cannot start: {missing[0]}", file=sys.stderr)
+        return 1
     if settings.worker is not None:
         from kafka_quota_proxy.proxy.parent_death import die_with
 
@@ -136,10 +140,14 @@ def _check_config(argv: Sequence[str]) -> int:
     print(f"  {policy}")
     for warning in warnings:
         print(f"  warning: {warning}")
+    if missing := missing_modules(settings):
+        for line in missing:
+            print(f"  error: {line}")
+        return 1
     store = settings.store
     if store is None:
-        print("  quota state: each worker's own (no store:)" if settings.workers > 1 else
-              "  quota state: this process's own (no store:)")
+        print("  quota state: shared by the workers through a Valkey the supervisor starts (no store:)"
+              if settings.workers > 1 else "  quota state: this process's own (no store:)")
         if args.probe_store:
             print("  store probe: nothing to probe (no store:)")
     else:

@@ -5,6 +5,7 @@ the real thing)."""
 from __future__ import annotations
 
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,44 @@ def test_workers_defaults_to_one_and_check_config_says_how_many(
     path.write_text("upstream: b:9092\nworkers: 4\n")
     assert main(["check-config", str(path)]) == 0
     assert "  4 worker processes sharing these ports, one /metrics merging them\n" in capsys.readouterr().out
+
+
+def test_check_config_says_the_workers_share_the_store_their_supervisor_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("upstream: b:9092\nworkers: 2\n")
+    assert main(["check-config", str(path)]) == 0
+    assert ("  quota state: shared by the workers through a Valkey the supervisor starts (no store:)\n"
+            in capsys.readouterr().out)
+
+
+@pytest.fixture
+def no_store_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An install without redis (a None in sys.modules makes its import fail)."""
+    for name in ("redis", "redis.asyncio"):
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.mark.parametrize("config", ["workers: 2\n", "store:\n  url: redis://127.0.0.1:1\n"])
+def test_without_the_store_client_a_proxy_that_needs_a_store_does_not_start(
+        config: str, no_store_client: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text(f"upstream: 127.0.0.1:1\nlisten: 127.0.0.1:{free_port()}\n{config}")
+    assert main(["check-config", str(path)]) == 1
+    assert ("  error: the quota store's client (store:, workers) needs the Python package 'redis', "
+            "which this install lacks" in capsys.readouterr().out)
+    assert main(["--config", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafka-quota-proxy: cannot start: the quota store's client (store:, workers) "
+                          "needs the Python package 'redis'")
+    assert err.count("\n") == 1
+
+
+def test_without_the_store_client_a_proxy_without_a_store_still_checks(
+        no_store_client: None, tmp_path: Path) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_text("upstream: b:9092\n")
+    assert main(["check-config", str(path)]) == 0
 
 
 def test_a_worker_role_survives_the_command_line() -> None:
