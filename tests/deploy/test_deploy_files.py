@@ -99,6 +99,15 @@ def dockerfile_stages() -> list[list[tuple[str, str]]]:
     return stages
 
 
+def exposed_ports() -> set[int]:
+    """The final stage's EXPOSE, ranges expanded."""
+    exposed: set[int] = set()
+    for item in dict(dockerfile_stages()[-1])["EXPOSE"].split():
+        first, _, last = item.split("/")[0].partition("-")
+        exposed.update(range(int(first), int(last or first) + 1))
+    return exposed
+
+
 def exec_form(args: str) -> list[str]:
     value = json.loads(args)
     assert isinstance(value, list) and all(isinstance(v, str) for v in value), args
@@ -335,10 +344,7 @@ def test_dockerfile_runs_as_non_root_and_stops_with_sigterm() -> None:
 
 
 def test_dockerfile_exposes_default_and_compose_ports() -> None:
-    exposed: set[int] = set()
-    for item in dict(dockerfile_stages()[-1])["EXPOSE"].split():
-        first, _, last = item.split("/")[0].partition("-")
-        exposed.update(range(int(first), int(last or first) + 1))
+    exposed = exposed_ports()
     assert exposed == {9092, *range(9093, 9100), 9404}
     default_listen = Settings.__dataclass_fields__["listen"].default
     assert isinstance(default_listen, HostPort) and default_listen.port == 9092
@@ -962,6 +968,30 @@ def test_k8s_container_ports_match_the_config(k8s_settings: Settings) -> None:
     assert len(set(ports.values())) == len(ports)
     readiness = k8s_container("kafka-quota-proxy")["readinessProbe"]
     assert readiness["tcpSocket"] == {"port": s.listen.port}
+
+
+def test_k8s_proxy_container_runs_the_image_as_built(k8s_settings: Settings) -> None:
+    proxy = k8s_container("kafka-quota-proxy")
+    # No `command`: it would replace the image's ENTRYPOINT (its `args` replace CMD, checked above).
+    assert "command" not in proxy
+    assert {p["containerPort"] for p in proxy["ports"]} <= exposed_ports()
+    # Prometheus scrapes the pod IP (the annotations below), so metrics too listen on every interface.
+    assert k8s_settings.metrics.host in WILDCARD_HOSTS
+
+
+def test_k8s_probe_ports_are_declared_container_ports() -> None:
+    pod_specs = [k8s_pod_spec(), k8s_kind("StatefulSet")["spec"]["template"]["spec"]]
+    probed = 0
+    for container in (c for spec in pod_specs for c in spec["containers"]):
+        declared = {p["containerPort"] for p in container.get("ports", [])}
+        declared |= {p["name"] for p in container.get("ports", []) if "name" in p}
+        for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+            for action in ("tcpSocket", "httpGet", "grpc"):
+                port = container.get(kind, {}).get(action, {}).get("port")
+                if port is not None:
+                    assert port in declared, f"{container['name']} {kind} probes {port}, not a containerPort"
+                    probed += 1
+    assert probed == 2  # the proxy's readiness (the listen port) and Valkey's liveness
 
 
 def test_k8s_prometheus_annotations_match_the_metrics_port(k8s_settings: Settings) -> None:
