@@ -201,13 +201,15 @@ def run_tool(main_class: str, *args: str, lib: Path | None = None, heap: str = "
     if "." not in main_class:
         main_class = f"org.apache.kafka.tools.{main_class}"
     lib = _lib(lib)
-    log4j = lib / "tools-log4j2.properties"
-    if not log4j.exists():  # tools log warnings only, to standard error
+    # Tools log warnings only, to standard error; the config lives outside lib, which may be
+    # read-only (an image's) and is only ever jars.
+    with tempfile.TemporaryDirectory(prefix="kafka-tool-") as scratch:
+        log4j = Path(scratch, "log4j2.properties")
         log4j.write_text(LOG4J2.replace("rootLogger.level = INFO", "rootLogger.level = WARN")
                          .replace("type = Console", "type = Console\nappender.out.target = SYSTEM_ERR"))
-    return subprocess.run(java_command(main_class, *args, lib=lib, heap=heap, log4j=log4j),
-                          capture_output=True, text=True, timeout=timeout, input=input,
-                          stdin=None if input is not None else subprocess.DEVNULL)
+        return subprocess.run(java_command(main_class, *args, lib=lib, heap=heap, log4j=log4j),
+                              capture_output=True, text=True, timeout=timeout, input=input,
+                              stdin=None if input is not None else subprocess.DEVNULL)
 
 
 # -- A metadata request over a plain socket ----------------------------------------------------------
