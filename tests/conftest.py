@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from devkit.kafka import KafkaBroker
 from devkit.processes import ProxyProcess
 from devkit.relay import Relay
 from devkit.tansu import Broker
@@ -30,7 +31,8 @@ settings.register_profile("long", max_examples=2000, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-INTEGRATION_FIXTURES = {"broker"}  # a real Tansu broker (`proxy` and `broker_node_id` need it)
+# a real Tansu broker (`proxy` and `broker_node_id` need it), a real Kafka 4 broker (devkit.kafka)
+INTEGRATION_FIXTURES = {"broker", "kafka_broker"}
 SPARK_FIXTURES = {"spark"}  # a local Spark session (`analyzed` needs it)
 # A Cluster takes 2 s to form (a master waits that long before it says cluster_state:ok); a
 # standalone Valkey starts in about 50 ms and needs no mark.
@@ -52,6 +54,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def broker() -> Iterator[Broker]:
     b = Broker().start()
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """A real Apache Kafka 4 (one combined KRaft node, PLAINTEXT, node id 1) on a free loopback
+    port: `kafka_broker.bootstrap`. The first run resolves its jars with Maven (devkit.kafka)."""
+    b = KafkaBroker().start()
     try:
         yield b
     finally:
