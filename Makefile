@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-replicas check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
+.PHONY: containers compose-demo demo demo-replicas check unit typecheck test test-spark test-rest lint bench clean faults faults-broker faults-proxy \
         load fuzz fuzz-proxy fuzz-properties
 
 $(STAMP): pyproject.toml
@@ -23,6 +23,24 @@ demo: $(STAMP)
 # Cluster-wide quotas, the problem and the fix: 2 proxy replicas without and with a shared Valkey.
 demo-replicas: $(STAMP)
 	$(BIN)/python -m devkit.demo --replicas 2
+
+# The image built from the Dockerfile with podman and run for real: --help, check-config of every
+# shipped config, then as deploy/kubernetes/sidecar.yaml runs it in front of Tansu (probes, ports,
+# user, produce and consume, a quota held, SIGTERM). Installs podman if missing (root) and builds
+# the local stand-in base images once (no image registry is reachable here); about 3 minutes the
+# first time, 1 after. docs/deployment.md, "Containers". .ci/run runs it after make test.
+containers: $(STAMP)
+	bash devkit/containers/setup.sh
+	bash devkit/containers/bases.sh
+	$(BIN)/python -m devkit.containers.image --no-cache
+
+# docker-compose.yml up for real (podman behind Debian's docker-compose), with local stand-ins for
+# the images that cannot be pulled (deploy/compose/standins.yml): two replicas hold one quota
+# through Valkey, Prometheus scrapes both, then down. About 2 minutes after make containers.
+compose-demo: $(STAMP)
+	bash devkit/containers/setup.sh
+	bash devkit/containers/bases.sh
+	$(BIN)/python -m devkit.containers.compose_demo
 
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider
 # The unit and in-process tests: no Tansu, no Spark, nothing that takes more than a few seconds.
