@@ -50,10 +50,26 @@ DESCRIBE_CLIENT_QUOTAS = 48
 ALTER_CLIENT_QUOTAS = 49
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 ALTER_USER_SCRAM_CREDENTIALS = 51
+DESCRIBE_QUORUM = 55
 UPDATE_FEATURES = 57
 DESCRIBE_CLUSTER = 60
 CONSUMER_GROUP_HEARTBEAT = 68
 CONSUMER_GROUP_DESCRIBE = 69
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+SHARE_FETCH = 78
+SHARE_ACKNOWLEDGE = 79
+STREAMS_GROUP_HEARTBEAT = 88
+STREAMS_GROUP_DESCRIBE = 89
+
+# The client APIs the proxy refuses on purpose, with why: left out of its ApiVersions answer, and
+# a request that names one anyway closes its connection, as a broker does for a key it lacks. A
+# client sees a broker without them (docs/deployment.md, "In front of Apache Kafka").
+REFUSED = {
+    key: "KIP-932 share groups: ShareFetch carries records the consumer byte-rate quota is not yet "
+         "charged for, and ShareFetch and ShareAcknowledge name brokers the proxy does not yet rewrite"
+    for key in (SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE)
+}
 
 # The controller mutations KIP-599 counts (partitions created or deleted).
 CONTROLLER_MUTATIONS = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})

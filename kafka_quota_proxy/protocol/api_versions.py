@@ -1,15 +1,16 @@
 """ApiVersions: what the proxy tells clients it supports.
 
 The answer is the intersection of the broker's versions and the codec's: keys the codec does not
-know are left out, and each maximum is capped at the codec's. APIs the proxy serves itself (the
-quota APIs, in a later stage) are added even when the broker lacks them.
+know (none of a Kafka 4.4 broker's: protocol/apis.py) and keys the proxy refuses on purpose
+(api_keys.REFUSED) are left out, and each maximum is capped at the codec's. APIs the proxy serves
+itself (the quota APIs, in a later stage) are added even when the broker lacks them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, REFUSED
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.error_codes import UNSUPPORTED_VERSION
 from kafka_quota_proxy.protocol.errors import MalformedMessage
@@ -35,7 +36,7 @@ def intersect(body: memoryview, version: int, served: Iterable[tuple[int, int, i
     kept = []
     for entry in msg.api_keys:
         spec = table.get(entry.api_key)
-        if spec is None:
+        if spec is None or entry.api_key in REFUSED:
             continue
         entry.max_version = min(entry.max_version, spec.max_version)
         if entry.min_version <= entry.max_version:

@@ -15,7 +15,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kafka_quota_proxy.protocol.api_keys import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+from kafka_quota_proxy.protocol.api_keys import (
+    DESCRIBE_CLUSTER,
+    DESCRIBE_QUORUM,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    STREAMS_GROUP_DESCRIBE,
+    STREAMS_GROUP_HEARTBEAT,
+)
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.messages import decode_response, encode_body
 from kafka_quota_proxy.protocol.pieces import Pieces
@@ -148,6 +157,17 @@ def rewrite_addresses(api_key: int, version: int, body: memoryview, mapper: Addr
     if since is not None and version >= since:
         return _node_endpoints(api_key, version, body, mapper)
     return None
+
+
+# Responses that name hosts the proxy leaves as they are, and why (the broker-address coverage
+# test fails on any other response that names one).
+NOT_REWRITTEN = {
+    DESCRIBE_QUORUM: "its nodes' listeners are the KRaft controllers', which clients do not reach "
+                     "through the proxy (it serves brokers only); they are shown as the broker sent them",
+    **{key: "a UserEndpoint is a Kafka Streams application instance's own address (KIP-1071, for "
+            "interactive queries), not a broker's"
+       for key in (STREAMS_GROUP_HEARTBEAT, STREAMS_GROUP_DESCRIBE)},
+}
 
 
 def carries_addresses(api_key: int, version: int) -> bool:

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from kafka.protocol.schemas import load_json
-
-from kafka_quota_proxy.protocol.apis import codec
+from kafka_quota_proxy.protocol.apis import codec, message_json
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.primitives import INT32, need
 from kafka_quota_proxy.protocol.walk import inline_fields, walker
@@ -22,7 +20,7 @@ FIELD = "ThrottleTimeMs"
 def _layout(api_key: int, version: int) -> tuple[bool, bool]:
     """(carries the field at this version, is it the first in-line field)."""
     spec = codec()[api_key]
-    data = load_json(spec.response.name)
+    data = message_json(spec.response.name)
     fields = inline_fields(data["fields"], version, spec.is_flexible(version))
     names = [f["name"] for f in fields]
     if FIELD not in names:

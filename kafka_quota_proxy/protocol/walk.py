@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kafka.protocol.schemas import load_json
-
+from kafka_quota_proxy.protocol.apis import message_json
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.primitives import INT16, INT32, need, read_uvarint, skip_tagged_fields
 
@@ -137,7 +136,7 @@ class Walker:
     """Finds the offsets of a message's top-level fields and of its tagged-field section."""
 
     def __init__(self, message: str, version: int, flexible: bool) -> None:
-        data = load_json(message)
+        data = message_json(message)
         self.flexible = flexible
         fields = inline_fields(data["fields"], version, flexible)
         self._names = [f["name"] for f in fields]

@@ -26,8 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from kafka.protocol.schemas import load_json
-
+from kafka_quota_proxy.protocol.apis import message_json
 from kafka_quota_proxy.protocol.errors import MalformedMessage, ProtocolError, TruncatedMessage
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.protocol.primitives import INT16, INT32
@@ -236,7 +235,7 @@ def _compile_field(f: dict[str, Any], version: int, flexible: bool, path: str) -
 def compile_check(message: str, version: int, flexible: bool) -> Check:
     """The check of a whole message body, from its schema (kafka-python's copy of Kafka's JSON)."""
     src = _Source(version, flexible)
-    src.struct(load_json(message)["fields"], 1, 0, "")
+    src.struct(message_json(message)["fields"], 1, 0, "")
     return src.function(f"{message}v{version}")
 
 

@@ -23,6 +23,8 @@ def test_the_wheel_holds_one_top_level_package(project_wheel: Path) -> None:
                 if name.endswith("/__init__.py")}
     assert packages >= {"proxy", "quota", "protocol", "config", "identity", "analytics", "cli",
                         "proxy/datapath", "proxy/stages", "proxy/quotas", "proxy/observability"}
+    # Kafka's message specs the codec is built from (protocol/apis.py) are package data.
+    assert "kafka_quota_proxy/protocol/kafka_specs/ShareFetchResponse.json" in names
     entry_points = zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     assert "kafka-quota-proxy = kafka_quota_proxy.cli.main:main" in entry_points

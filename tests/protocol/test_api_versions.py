@@ -26,15 +26,19 @@ BROKER = [
     (10, 0, 6),  # FindCoordinator
     (18, 0, 5),  # ApiVersions: capped at 4
     (60, 0, 2),  # DescribeCluster
-    (68, 0, 1),  # ConsumerGroupHeartbeat: not in the codec
-    (71, 0, 0),  # GetTelemetrySubscriptions: not in the codec
+    (68, 0, 1),  # ConsumerGroupHeartbeat: from the vendored Kafka specs, kept
+    (71, 0, 0),  # GetTelemetrySubscriptions: likewise
+    (76, 1, 1),  # ShareGroupHeartbeat: refused on purpose (api_keys.REFUSED), dropped
+    (78, 1, 2),  # ShareFetch: likewise
+    (77, 1, 1),  # ShareGroupDescribe: an admin API, kept
     (75, 1, 3),  # DescribeTopicPartitions: codec max 0 < broker min 1, dropped
     (32, 5, 9),  # DescribeConfigs: codec max 4 < broker min 5, dropped
     (36, 0, 2),  # SaslAuthenticate: equal to the codec
 ]
 
 # The expected intersection without `served`, sorted by key.
-EXPECTED = [(0, 0, 12), (1, 4, 18), (3, 0, 13), (10, 0, 6), (18, 0, 4), (36, 0, 2), (60, 0, 2)]
+EXPECTED = [(0, 0, 12), (1, 4, 18), (3, 0, 13), (10, 0, 6), (18, 0, 4), (36, 0, 2), (60, 0, 2), (68, 0, 1),
+            (71, 0, 0), (77, 1, 1)]
 
 FEATURES: dict[str, Any] = dict(
     supported_features=[ApiVersionsResponse.SupportedFeatureKey(name="metadata.version", min_version=1,
@@ -63,7 +67,8 @@ def entries(body: bytes, version: int) -> list[tuple[int, int, int]]:
 
 def test_broker_list_sanity() -> None:
     table = codec()
-    assert 4 not in table and 68 not in table and 71 not in table
+    assert 4 not in table  # LeaderAndIsr: gone from Kafka 4, in neither codec
+    assert table[68].max_version == 1 and table[71].max_version == 0  # the vendored specs
     assert table[1].max_version == 18
     assert table[18].max_version == 4
     assert table[75].max_version == 0
@@ -118,9 +123,9 @@ def test_min_equal_to_capped_max_is_kept() -> None:
 
 @pytest.mark.parametrize("version", range(5))
 def test_served_entries_added_only_when_absent(version: int) -> None:
-    served = [(48, 0, 1), (3, 0, 99), (49, 0, 1), (71, 0, 0)]
+    served = [(48, 0, 1), (3, 0, 99), (49, 0, 1), (72, 0, 0)]
     out = intersect(memoryview(response(version, BROKER)), version, served)
-    expected = sorted(EXPECTED + [(48, 0, 1), (49, 0, 1), (71, 0, 0)])
+    expected = sorted(EXPECTED + [(48, 0, 1), (49, 0, 1), (72, 0, 0)])
     # Metadata stays as the broker/codec intersection: the served range does not replace it.
     assert entries(out, version) == expected
     assert out == response(version, expected)

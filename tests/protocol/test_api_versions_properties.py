@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataResponse
 
-from kafka_quota_proxy.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS, METADATA
+from kafka_quota_proxy.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CLIENT_QUOTAS, METADATA, REFUSED
 from kafka_quota_proxy.protocol.api_versions import intersect, unsupported_version_body
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.bootstrap import metadata_brokers, metadata_version
@@ -25,18 +25,19 @@ from tests.support.mutations import mutated
 A = ApiVersionsResponse.ApiVersion
 VERSIONS = st.integers(0, ApiVersionsResponse.max_version)
 SERVED = [(DESCRIBE_CLIENT_QUOTAS, 0, 1), (ALTER_CLIENT_QUOTAS, 0, 1)]
-# Keys around the codec's: known ones, unknown ones, and the quota APIs the proxy serves.
-entries = st.lists(st.builds(A, api_key=st.integers(0, 80) | st.sampled_from(sorted(codec())),
+# Keys around the codec's: known ones, unknown ones, refused ones and the quota APIs the proxy serves.
+entries = st.lists(st.builds(A, api_key=st.integers(0, 100) | st.sampled_from(sorted(codec())),
                              min_version=st.integers(0, 20), max_version=st.integers(0, 20)), max_size=12)
 broker_answers = VERSIONS.flatmap(lambda v: st.tuples(
     st.just(v), message(ApiVersionsResponse, v), entries, st.lists(st.sampled_from(SERVED), unique=True)))
 
 
 def expected_entries(broker: list[Any], served: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """The intersection, computed here without the code under test's loop."""
+    """The intersection, computed here without the code under test's loop: the keys refused on
+    purpose are dropped as the unknown ones are."""
     table = codec()
     kept = [(e.api_key, e.min_version, min(e.max_version, table[e.api_key].max_version))
-            for e in broker if e.api_key in table]
+            for e in broker if e.api_key in table and e.api_key not in REFUSED]
     kept = [k for k in kept if k[1] <= k[2]]
     present = {k[0] for k in kept}
     kept += [s for s in served if s[0] not in present]

@@ -9,7 +9,7 @@ from kafka.protocol.api_header import RequestHeader as KafkaRequestHeader
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
-from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, METADATA
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, METADATA, REFUSED
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.errors import (
     MalformedMessage,
@@ -200,7 +200,7 @@ def test_overlong_varint_in_header_tags() -> None:
 # --- API key and version checks ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("api_key", [-1, 4, 5, 6, 7, 68, 71, 1000, 32767])
+@pytest.mark.parametrize("api_key", [-1, 4, 5, 6, 7, 52, 95, 1000, 32767])
 def test_unknown_api_key(api_key: int) -> None:
     with pytest.raises(UnknownApiKey) as exc:
         parse_request_header(framed(raw_header(api_key, 0, 1, b"c")))
@@ -263,7 +263,14 @@ def _version_samples() -> list[tuple[int, int]]:
     return sorted(out)
 
 
-@pytest.mark.parametrize("api_key, version", _version_samples())
+@pytest.mark.parametrize("api_key", sorted(REFUSED))
+def test_a_refused_api_key_is_unknown_to_the_proxy_and_says_why(api_key: int) -> None:
+    with pytest.raises(UnknownApiKey) as exc:
+        parse_request_header(framed(raw_header(api_key, 1, 1, b"c")))
+    assert str(exc.value) == f"{codec()[api_key].name} is refused by the proxy ({REFUSED[api_key]})"
+
+
+@pytest.mark.parametrize("api_key, version", [(k, v) for k, v in _version_samples() if k not in REFUSED])
 def test_header_layout_matches_kafka_python_for_every_api(api_key: int, version: int) -> None:
     spec = codec()[api_key]
     flexible = spec.request.flexible_version_q(version)
