@@ -17,8 +17,10 @@ $(STAMP): pyproject.toml
 # Starts an embedded Tansu broker and the proxy, runs two producers (one held to a quota, one
 # free) and a consumer through it with a live view, and stops by itself (or on Ctrl-C), leaving
 # nothing running.
+# BROKER=kafka: the same demo in front of Apache Kafka 4.4 from Maven Central's jars (devkit.kafka).
+BROKER ?= tansu
 demo: $(STAMP)
-	$(BIN)/python -m devkit.demo
+	$(BIN)/python -m devkit.demo --broker $(BROKER)
 
 # Cluster-wide quotas, the problem and the fix: 2 proxy replicas without and with a shared Valkey.
 demo-replicas: $(STAMP)

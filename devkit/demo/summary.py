@@ -10,13 +10,15 @@ from devkit.demo.clients import SampleConsumer, SampleProducer
 from devkit.demo.counts import ProxyCounts
 from devkit.demo.inprocess import ProxyThread
 from devkit.demo.view import api_summary, mib_rate, quota_text
+from devkit.kafka import KafkaBroker
 from devkit.tansu import Broker
 
 
 class Demo(Protocol):
     """What the summary reads of a finished demo run (run.Demo is the one implementation)."""
 
-    tansu: Broker | None
+    broker: Broker | KafkaBroker | None
+    broker_name: str
     proxy: ProxyThread | None
     producers: list[SampleProducer]
     consumer: SampleConsumer | None
@@ -138,9 +140,9 @@ def summary(demo: Demo, problems: list[str]) -> tuple[list[str], bool]:
     if demo.failed_reason:
         lines.append(f"  stopped early: {demo.failed_reason}")
     stopped = []
-    if demo.tansu is not None and demo.tansu.proc is not None:
-        stopped.append(f"Tansu broker (pid {demo.tansu.proc.pid}) "
-                       + ("stopped" if demo.tansu.stopped else "STILL RUNNING"))
+    if demo.broker is not None and demo.broker.proc is not None:
+        stopped.append(f"{demo.broker_name} broker (pid {demo.broker.proc.pid}) "
+                       + ("stopped" if demo.broker.stopped else "STILL RUNNING"))
     if demo.proxy is not None:
         stopped.append("proxy " + ("stopped" if demo.proxy.stopped else "NOT STOPPED"))
     if stopped:

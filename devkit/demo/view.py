@@ -37,6 +37,7 @@ class Addresses:
     node_listener: str  # the proxy's listener standing for the broker
     metrics_url: str
     advertised: Mapping[int, str]  # what the clients were told, from their own metadata
+    broker_name: str = "Tansu"  # or "Apache Kafka" (make demo BROKER=kafka)
 
 
 @dataclass(slots=True)
@@ -133,14 +134,15 @@ def _addresses(f: Frame, compact: bool) -> RenderableType:
     only_proxy = bool(a.advertised) and a.broker not in a.advertised.values()
     verdict = "[green]✔ proxy only[/]" if only_proxy else "[red]✘ the real broker leaked[/]"
     flow = (f"{'clients' if compact else 'producers, consumer'} ──▶ [cyan]proxy {a.bootstrap}[/] "
-            f"──▶ Tansu {a.broker}"
+            f"──▶ {a.broker_name} {a.broker}"
             f"{f' (pid {a.broker_pid})' if compact else ''}")
     if compact:  # two lines
         return Group(_line(flow), _line(f"[dim]clients were told[/] {told}  {verdict}"))
     t = Table.grid(padding=(0, 2))
     t.add_column(style="dim", no_wrap=True)
     t.add_column(no_wrap=True)
-    t.add_row("Tansu broker (real)", f"[bold]{a.broker}[/]  node {a.broker_node_id}, pid {a.broker_pid}")
+    t.add_row(f"{a.broker_name} broker (real)",
+              f"[bold]{a.broker}[/]  node {a.broker_node_id}, pid {a.broker_pid}")
     t.add_row("proxy bootstrap", f"[bold cyan]{a.bootstrap}[/]  the clients' only setting")
     t.add_row(f"proxy for node {a.broker_node_id}", f"[cyan]{a.node_listener}[/]")
     t.add_row("clients were told", f"{told}  {verdict}")

@@ -22,9 +22,10 @@ def number(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def test_demo_runs_throttles_and_cleans_up() -> None:
-    result = subprocess.run([sys.executable, "-m", "devkit.demo", "--seconds", "20"],
-                            cwd=REPO, capture_output=True, text=True, timeout=150)
+@pytest.mark.parametrize("broker", ["tansu", "kafka"])  # make demo, make demo BROKER=kafka
+def test_demo_runs_throttles_and_cleans_up(broker: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "devkit.demo", "--seconds", "20", "--broker", broker],
+                            cwd=REPO, capture_output=True, text=True, timeout=180)
     out = result.stdout
     assert result.returncode == 0, f"exit {result.returncode}\n{out}\n{result.stderr}"
 
@@ -62,14 +63,15 @@ def test_demo_runs_throttles_and_cleans_up() -> None:
     assert "NOT within" not in out
 
     # The clients were only ever told the proxy's address, never the broker's.
-    broker = re.search(r"Tansu broker: pid (\d+), listening on (\S+)", out)
+    name = {"tansu": "Tansu", "kafka": "Apache Kafka"}[broker]
+    started = re.search(rf"{name} broker: pid (\d+), listening on (\S+)", out)
     told = re.search(r"clients were told: broker \d+ at (\S+)", out)
-    assert broker and told, out
-    assert told[1] != broker[2]
+    assert started and told, out
+    assert told[1] != started[2]
 
-    # The broker the demo started is gone (killed and reaped, so not even a zombie).
+    # The broker the demo started is gone (stopped and reaped, so not even a zombie).
     with pytest.raises(ProcessLookupError):
-        os.kill(int(broker[1]), 0)
+        os.kill(int(started[1]), 0)
     assert "stopped; proxy stopped; clients closed" in out
 
 
