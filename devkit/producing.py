@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
@@ -34,10 +34,12 @@ class Timeline:
 
 
 def produce(bootstrap: str, topic: str, client_id: str, start: float, seconds: float, out: Timeline,
-            pace: Callable[[float], float | None] = lambda elapsed: None) -> None:
+            pace: Callable[[float], float | None] = lambda elapsed: None,
+            config: Mapping[str, str] | None = None) -> None:
     """Produce 1 KiB records from `start` (time.monotonic) for `seconds`; `pace(elapsed)` gives the
-    bytes/s allowed at that moment, None for flat out. The backlog left at the end is dropped
-    (a throttled producer's queue is not the measurement); its records are not counted."""
+    bytes/s allowed at that moment, None for flat out; `config` adds to the producer's settings
+    (SASL, say). The backlog left at the end is dropped (a throttled producer's queue is not the
+    measurement); its records are not counted."""
     done = [0]
 
     def delivered(err: object, msg: object) -> None:
@@ -48,7 +50,7 @@ def produce(bootstrap: str, topic: str, client_id: str, start: float, seconds: f
             done[0] += RECORD
 
     p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5, "acks": 1,
-                  "batch.size": 128 * 1024, "queue.buffering.max.kbytes": 4096})
+                  "batch.size": 128 * 1024, "queue.buffering.max.kbytes": 4096, **(config or {})})
     value = os.urandom(RECORD)
     sent_in_slot, slot = 0.0, -1
     next_mark = 0.0
