@@ -64,12 +64,14 @@ STREAMS_GROUP_DESCRIBE = 89
 
 # The client APIs the proxy refuses on purpose, with why: left out of its ApiVersions answer, and
 # a request that names one anyway closes its connection, as a broker does for a key it lacks. A
-# client sees a broker without them (docs/deployment.md, "In front of Apache Kafka").
-REFUSED = {
-    key: "KIP-932 share groups: ShareFetch carries records the consumer byte-rate quota is not yet "
-         "charged for, and ShareFetch and ShareAcknowledge name brokers the proxy does not yet rewrite"
-    for key in (SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE)
-}
+# client sees a broker without them (docs/deployment.md, "In front of Apache Kafka"). None today:
+# KIP-932's share groups, the last ones here, are charged and rewritten as Kafka does
+# (docs/quotas.md, "Share groups").
+REFUSED: dict[int, str] = {}
+
+# The fetches charged to the consumer byte-rate quota: Fetch, and KIP-932's ShareFetch
+# (KafkaApis.processShareFetchResponse records it in quotas.fetch as handleFetchRequest does).
+FETCHES = frozenset({FETCH, SHARE_FETCH})
 
 # The controller mutations KIP-599 counts (partitions created or deleted).
 CONTROLLER_MUTATIONS = frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})

@@ -1,13 +1,18 @@
 """Rewriting broker addresses in responses, so that clients only ever learn proxy addresses.
 
 Covered: Metadata (brokers), FindCoordinator (v0-3 top-level node, v4+ `coordinators`),
-DescribeCluster (brokers), and KIP-951 `node_endpoints` in Produce (v10+) and Fetch (v16+).
+DescribeCluster (brokers), KIP-951 `node_endpoints` in Produce (v10+) and Fetch (v16+), and
+KIP-932's NodeEndpoints in ShareFetch and ShareAcknowledge (every version).
 Each function takes the response body and returns the new body, or None when nothing changed.
 
 node_endpoints sits in the top-level tagged fields at the very end of Produce and Fetch
 responses, and brokers such as Tansu send it (often empty) on every response. So those bodies
 are never decoded: the walker finds the tagged section, only that section is rewritten, and the
 result is `Pieces`: the untouched body prefix (a memoryview, no copy) and the new tail.
+ShareFetch and ShareAcknowledge carry NodeEndpoints as their last in-line field, in the same
+layout, filled by Kafka only for partitions that failed NOT_LEADER_OR_FOLLOWER or
+FENCED_LEADER_EPOCH (the current leader's address; KafkaApis.processShareFetchResponse and
+processShareAcknowledgeResponse); it is rewritten in place the same way.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from kafka_quota_proxy.protocol.api_keys import (
     FIND_COORDINATOR,
     METADATA,
     PRODUCE,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
     STREAMS_GROUP_DESCRIBE,
     STREAMS_GROUP_HEARTBEAT,
 )
@@ -44,6 +51,9 @@ MetadataObserver = Callable[[Any], None]
 
 NODE_ENDPOINTS_TAG = 0
 NODE_ENDPOINTS_FROM = {PRODUCE: 10, FETCH: 16}
+# KIP-932 responses whose last in-line field is NodeEndpoints, from their first version.
+TRAILING_NODE_ENDPOINTS = {SHARE_FETCH: "ShareFetchResponse", SHARE_ACKNOWLEDGE: "ShareAcknowledgeResponse"}
+NODE_ENDPOINTS_FIELD = "NodeEndpoints"
 
 
 def _mapped(mapper: AddressMapper, node_id: int, host: str | None, port: int) -> tuple[str, int]:
@@ -144,6 +154,16 @@ def _node_endpoints(api_key: int, version: int, body: memoryview, mapper: Addres
     return Pieces((body[:tags_at], bytes(tail)))
 
 
+def _trailing_node_endpoints(api_key: int, version: int, body: memoryview,
+                             mapper: AddressMapper) -> Pieces | None:
+    result = walker(TRAILING_NODE_ENDPOINTS[api_key], version, True).walk(body, 0)
+    start = result.offsets[NODE_ENDPOINTS_FIELD]
+    new_value = rewrite_node_endpoints_tag(body[start:result.tags_at], mapper)
+    if new_value is None:
+        return None
+    return Pieces((body[:start], new_value, body[result.tags_at:]))
+
+
 def rewrite_addresses(api_key: int, version: int, body: memoryview, mapper: AddressMapper,
                       observe: MetadataObserver | None = None) -> bytes | Pieces | None:
     """The rewritten body, or None if this response carries no broker address."""
@@ -153,6 +173,8 @@ def rewrite_addresses(api_key: int, version: int, body: memoryview, mapper: Addr
         return _find_coordinator(body, version, mapper)
     if api_key == DESCRIBE_CLUSTER:
         return _describe_cluster(body, version, mapper)
+    if api_key in TRAILING_NODE_ENDPOINTS:
+        return _trailing_node_endpoints(api_key, version, body, mapper)
     since = NODE_ENDPOINTS_FROM.get(api_key)
     if since is not None and version >= since:
         return _node_endpoints(api_key, version, body, mapper)
@@ -171,7 +193,7 @@ NOT_REWRITTEN = {
 
 
 def carries_addresses(api_key: int, version: int) -> bool:
-    if api_key in (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER):
+    if api_key in (METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER) or api_key in TRAILING_NODE_ENDPOINTS:
         return True
     since = NODE_ENDPOINTS_FROM.get(api_key)
     return since is not None and version >= since

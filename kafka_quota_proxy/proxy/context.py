@@ -19,7 +19,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     DELETE_TOPICS,
     ELECT_LEADERS,
     END_TXN,
-    FETCH,
+    FETCHES,
     FIND_COORDINATOR,
     HEARTBEAT,
     INCREMENTAL_ALTER_CONFIGS,
@@ -28,6 +28,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     LEAVE_GROUP,
     OFFSET_COMMIT,
     PRODUCE,
+    SHARE_ACKNOWLEDGE,
     SYNC_GROUP,
     TXN_OFFSET_COMMIT,
 )
@@ -177,12 +178,13 @@ WAITING_APIS = frozenset({
     INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN,
     CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS, CREATE_PARTITIONS, ELECT_LEADERS,
     INCREMENTAL_ALTER_CONFIGS, ALTER_PARTITION_REASSIGNMENTS, ALTER_CONFIGS,
+    SHARE_ACKNOWLEDGE,  # waits for the share coordinator to write the acknowledged state
 })
 
 
 def _waits_at_broker(ctx: RequestContext) -> bool:
     key = ctx.api_key
-    if key == FETCH:
+    if key in FETCHES:  # a ShareFetch long-polls as a Fetch does
         return ctx.fetch_max_wait_ms > 0
     if key == PRODUCE:
         return ctx.acks == -1

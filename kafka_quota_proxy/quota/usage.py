@@ -55,6 +55,10 @@ from kafka_quota_proxy.protocol.api_keys import (
     OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     RENEW_DELEGATION_TOKEN,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+    SHARE_GROUP_DESCRIBE,
+    SHARE_GROUP_HEARTBEAT,
     SYNC_GROUP,
     TXN_OFFSET_COMMIT,
     UPDATE_FEATURES,
@@ -68,12 +72,12 @@ READABLE_VERSIONS = (1, 2)
 # Requests are counted by group of API keys.
 API_GROUPS: dict[str, frozenset[int]] = {
     "produce": frozenset({PRODUCE}),
-    "fetch": frozenset({FETCH}),
+    "fetch": frozenset({FETCH, SHARE_FETCH}),
     "metadata": frozenset({LIST_OFFSETS, METADATA, API_VERSIONS, OFFSET_FOR_LEADER_EPOCH, DESCRIBE_CLUSTER}),
     "group": frozenset({
         OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP,
         DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE, CONSUMER_GROUP_HEARTBEAT,
-        CONSUMER_GROUP_DESCRIBE}),
+        CONSUMER_GROUP_DESCRIBE, SHARE_GROUP_HEARTBEAT, SHARE_GROUP_DESCRIBE, SHARE_ACKNOWLEDGE}),
     "transaction": frozenset({
         INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT}),
     # topics, configs, ACLs, partitions, reassignments, quotas, delegation tokens, ...

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kafka.protocol.metadata.api_versions import ApiVersionsResponse
 
-from kafka_quota_proxy.protocol.api_keys import API_VERSIONS
+from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, REFUSED
 from kafka_quota_proxy.protocol.api_versions import intersect, unsupported_version_body
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.error_codes import UNSUPPORTED_VERSION
@@ -28,7 +28,7 @@ BROKER = [
     (60, 0, 2),  # DescribeCluster
     (68, 0, 1),  # ConsumerGroupHeartbeat: from the vendored Kafka specs, kept
     (71, 0, 0),  # GetTelemetrySubscriptions: likewise
-    (76, 1, 1),  # ShareGroupHeartbeat: refused on purpose (api_keys.REFUSED), dropped
+    (76, 1, 1),  # ShareGroupHeartbeat: from the vendored specs, kept (KIP-932, charged as Kafka does)
     (78, 1, 2),  # ShareFetch: likewise
     (77, 1, 1),  # ShareGroupDescribe: an admin API, kept
     (75, 1, 3),  # DescribeTopicPartitions: codec max 0 < broker min 1, dropped
@@ -38,7 +38,7 @@ BROKER = [
 
 # The expected intersection without `served`, sorted by key.
 EXPECTED = [(0, 0, 12), (1, 4, 18), (3, 0, 13), (10, 0, 6), (18, 0, 4), (36, 0, 2), (60, 0, 2), (68, 0, 1),
-            (71, 0, 0), (77, 1, 1)]
+            (71, 0, 0), (76, 1, 1), (77, 1, 1), (78, 1, 2)]
 
 FEATURES: dict[str, Any] = dict(
     supported_features=[ApiVersionsResponse.SupportedFeatureKey(name="metadata.version", min_version=1,
@@ -82,6 +82,12 @@ def test_intersection(version: int) -> None:
     # Exactly the broker's response with the intersected list: throttle and features kept.
     assert out == response(version, EXPECTED)
     assert entries(out, version) == EXPECTED
+
+
+def test_a_refused_api_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """REFUSED is empty today; a key put there leaves the answer, and nothing else does."""
+    monkeypatch.setitem(REFUSED, 78, "a reason")
+    assert entries(intersect(memoryview(response(4, BROKER)), 4), 4) == [e for e in EXPECTED if e[0] != 78]
 
 
 @pytest.mark.parametrize("version", [3, 4])

@@ -69,6 +69,12 @@ class Script:
         self.produce_throttle = 0
         self.fetch_throttle = 0
         self.fetch_records = b""
+        # ShareFetch (78) and ShareAcknowledge (79) answers: records, top-level error, and the
+        # (node id, host, port) NodeEndpoints both carry.
+        self.share_records = b""
+        self.share_error = 0
+        self.share_throttle = 0
+        self.node_endpoints: list[tuple[int, str, int]] = []
         self.delay = 0.0  # before answering ListGroups
         self.produce_delay = 0.0  # before answering Produce
         self.arrivals: dict[int, float] = {}  # correlation id -> loop time at the broker
@@ -86,6 +92,11 @@ class Script:
             return produce_response(v, self.produce_throttle)
         if key == 1:
             return fetch_response(v, self.fetch_throttle, self.fetch_records)
+        if key == 78:
+            return share_fetch_response(v, self.share_throttle, self.share_records, self.share_error,
+                                        self.node_endpoints)
+        if key == 79:
+            return share_acknowledge_response(v, self.node_endpoints)
         if key == 16:
             if self.delay:
                 await asyncio.sleep(self.delay)
@@ -126,6 +137,53 @@ def fetch_response(version: int, throttle_ms: int, records: bytes) -> bytes:
                                             last_stable_offset=100, log_start_offset=0,
                                             aborted_transactions=None, preferred_read_replica=-1,
                                             records=records)])]).encode(version=version))
+
+
+LOCK_MS = 30_000  # the AcquisitionLockTimeoutMs the scripted broker sends (v1+)
+
+
+def share_fetch_response(version: int, throttle_ms: int, records: bytes, error_code: int = 0,
+                         node_endpoints: list[tuple[int, str, int]] | None = None) -> bytes:
+    cls: Any = codec()[78].response
+    topic = cls.ShareFetchableTopicResponse
+    part = topic.PartitionData
+    return bytes(cls(version=version, throttle_time_ms=throttle_ms, error_code=error_code,
+                     error_message=None, acquisition_lock_timeout_ms=LOCK_MS, responses=[topic(
+                         topic_id=uuid.UUID(int=7), partitions=[part(
+                             partition_index=0, error_code=0, error_message=None,
+                             acknowledge_error_code=0, acknowledge_error_message=None,
+                             current_leader=part.LeaderIdAndEpoch(leader_id=-1, leader_epoch=-1),
+                             records=records, acquired_records=[part.AcquiredRecords(
+                                 first_offset=0, last_offset=9, delivery_count=1)])])],
+                     node_endpoints=_node_endpoints(cls, node_endpoints)).encode(version=version))
+
+
+def share_acknowledge_response(version: int, node_endpoints: list[tuple[int, str, int]]) -> bytes:
+    cls: Any = codec()[79].response
+    topic = cls.ShareAcknowledgeTopicResponse
+    part = topic.PartitionData
+    return bytes(cls(version=version, throttle_time_ms=0, error_code=0, error_message=None,
+                     acquisition_lock_timeout_ms=LOCK_MS, responses=[topic(
+                         topic_id=uuid.UUID(int=7), partitions=[part(
+                             partition_index=0, error_code=6, error_message=None,
+                             current_leader=part.LeaderIdAndEpoch(leader_id=NODE_ID, leader_epoch=3))])],
+                     node_endpoints=_node_endpoints(cls, node_endpoints)).encode(version=version))
+
+
+def _node_endpoints(cls: Any, nodes: list[tuple[int, str, int]] | None) -> list[Any]:
+    return [cls.NodeEndpoint(node_id=n, host=host, port=port, rack=None) for n, host, port in nodes or ()]
+
+
+def records_for_share_fetch_size(version: int, size: int) -> bytes:
+    """Records that make the ShareFetch response's quota size (body + 4, Kafka's
+    ShareFetchResponse.sizeOf) exactly `size`."""
+    n = 0
+    while True:
+        got = len(share_fetch_response(version, 0, b"r" * n)) + 4
+        if got == size:
+            return b"r" * n
+        assert got < size, f"cannot hit {size} exactly"
+        n += max(1, size - got - 4)
 
 
 def records_for_fetch_size(version: int, size: int) -> bytes:
@@ -228,6 +286,27 @@ def fetch(version: int = 11, max_bytes: int = 52_428_800, replica_id: int = -1,
                                 topic.FetchPartition(partition=0, fetch_offset=0,
                                                      partition_max_bytes=1_048_576)])],
                         forgotten_topics_data=[], rack_id="", **kw)
+
+
+def share_fetch(version: int = 1, max_bytes: int = 52_428_800, max_wait_ms: int = 0) -> Any:
+    cls: Any = codec()[78].request
+    topic = cls.FetchTopic
+    return cls(version=version, group_id="g", member_id="m" * 22, share_session_epoch=0,
+               max_wait_ms=max_wait_ms, min_bytes=1, max_bytes=max_bytes, max_records=500,
+               batch_size=500, share_acquire_mode=0, is_renew_ack=False, topics=[topic(
+                   topic_id=uuid.UUID(int=7), partitions=[topic.FetchPartition(
+                       partition_index=0, partition_max_bytes=1_048_576, acknowledgement_batches=[])])],
+               forgotten_topics_data=[])
+
+
+def share_acknowledge(version: int = 1) -> Any:
+    cls: Any = codec()[79].request
+    topic = cls.AcknowledgeTopic
+    part = topic.AcknowledgePartition
+    return cls(version=version, group_id="g", member_id="m" * 22, share_session_epoch=1,
+               is_renew_ack=False, topics=[topic(topic_id=uuid.UUID(int=7), partitions=[part(
+                   partition_index=0, acknowledgement_batches=[part.AcknowledgementBatch(
+                       first_offset=0, last_offset=9, acknowledge_types=[1])])])])
 
 
 def list_groups(version: int = 1) -> Any:

@@ -25,7 +25,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings
-from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCH, PRODUCE
+from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCHES, PRODUCE
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.quota import usage
@@ -149,7 +149,7 @@ class UsageMeter:
         t = self._tenant(ctx.conn.principal, ctx.header.client_id or "")
         if t is None:
             return
-        if ctx.api_key == FETCH:
+        if ctx.api_key in FETCHES:  # a ShareFetch's bytes are fetched bytes too
             t.fetch_bytes += size - 4  # as Produce: the message without its size prefix
             if self.topics and ctx.topic_bytes:
                 self._count_topics(t, ctx.topic_bytes, 1)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from kafka_quota_proxy.protocol.api_keys import DESCRIBE_CLUSTER, FETCH, FIND_COORDINATOR, METADATA, PRODUCE
+from kafka_quota_proxy.protocol.api_keys import (
+    DESCRIBE_CLUSTER,
+    FETCH,
+    FIND_COORDINATOR,
+    METADATA,
+    PRODUCE,
+    SHARE_ACKNOWLEDGE,
+    SHARE_FETCH,
+)
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.rewrite import (
     AddressMapper,
@@ -15,9 +23,11 @@ from kafka_quota_proxy.proxy.stages.base import ResponseStage
 
 
 class BrokerAddresses(ResponseStage):
-    """Rewrites broker addresses in Metadata, FindCoordinator, DescribeCluster, Produce, Fetch."""
+    """Rewrites broker addresses in Metadata, FindCoordinator, DescribeCluster, Produce, Fetch,
+    ShareFetch and ShareAcknowledge."""
 
-    api_keys = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH})
+    api_keys = frozenset({METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER, PRODUCE, FETCH, SHARE_FETCH,
+                          SHARE_ACKNOWLEDGE})
 
     def __init__(self, mapper: AddressMapper, observe: MetadataObserver | None = None) -> None:
         self.mapper = mapper

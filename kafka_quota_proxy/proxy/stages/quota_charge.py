@@ -1,6 +1,6 @@
 """The request stage of the quotas: picks the managers a request is charged to, and charges what
-is known before the broker sees it: Produce bytes, the Fetch max_bytes cap, producer ids, and
-strict controller-mutation checks (KIP-599).
+is known before the broker sees it: Produce bytes, the Fetch and ShareFetch max_bytes cap,
+producer ids, and strict controller-mutation checks (KIP-599).
 
 Produce bytes at arrival. A broker reads one request per connection at a time and charges
 Produce bytes as it answers, so a client over quota is muted after one request. The proxy keeps
@@ -28,13 +28,16 @@ from kafka_quota_proxy.protocol.api_keys import (
     CREATE_TOPICS,
     DELETE_TOPICS,
     FETCH,
+    FETCHES,
     PRODUCE,
+    SHARE_FETCH,
 )
 from kafka_quota_proxy.protocol.error_codes import THROTTLING_QUOTA_EXCEEDED
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
 from kafka_quota_proxy.protocol.primitives import INT32
 from kafka_quota_proxy.protocol.produce import producer_ids, refusal
+from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_request
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
@@ -80,11 +83,16 @@ class QuotaCharge(RequestStage):
                 return None  # follower fetches are exempt, as on a broker
             ctx.fetch_max_wait_ms = info.max_wait_ms
             if engine.enforcing and info.max_bytes_at is not None and info.max_bytes is not None:
-                cap = self._fetch_cap(q, user, client_id)
-                if cap < info.max_bytes:
-                    ctx.patch(info.max_bytes_at, INT32.pack(max(int(cap), 1)))
-        if key == FETCH or switches.request_quotas:
-            ctx.quota = q  # QuotaSettle has the response to charge: Fetch bytes, request time
+                self._cap_max_bytes(ctx, q, info.max_bytes_at, info.max_bytes)
+        elif key == SHARE_FETCH:
+            # Kafka caps a ShareFetch's max_bytes as a Fetch's (KafkaApis
+            # handleFetchFromShareFetchRequest, maxQuotaWindowBytes) and charges its response.
+            share = read_share_fetch_request(ctx.frame, header.body_offset)
+            ctx.fetch_max_wait_ms = share.max_wait_ms
+            if engine.enforcing:
+                self._cap_max_bytes(ctx, q, share.max_bytes_at, share.max_bytes)
+        if key in FETCHES or switches.request_quotas:
+            ctx.quota = q  # QuotaSettle has the response to charge: fetched bytes, request time
         if key == PRODUCE:
             now = engine.clock()
             if switches.counting_producer_ids:
@@ -125,6 +133,12 @@ class QuotaCharge(RequestStage):
                    f"of user {user!r}; retry after {charge.throttle_ms} ms")
         return Reply(refusal(ctx.decode_request(), ctx.api_version, PRODUCER_ID_REFUSAL, message,
                              ctx.throttle_ms))
+
+    def _cap_max_bytes(self, ctx: RequestContext, q: ScopeManagers, at: int, max_bytes: int) -> None:
+        user, client_id = client_of(ctx)
+        cap = self._fetch_cap(q, user, client_id)
+        if cap < max_bytes:
+            ctx.patch(at, INT32.pack(max(int(cap), 1)))
 
     def _fetch_cap(self, q: ScopeManagers, user: str, client_id: str) -> float:
         """Kafka caps max_bytes at Q*(N-1)*W (getMaxValueInQuotaWindow). The proxy caps at one

@@ -1,16 +1,22 @@
-"""The response stage that charges what only the response tells (Fetch bytes, request time) and,
-for a Fetch over quota, swaps in Kafka's throttled empty response (KIP-219).
+"""The response stage that charges what only the response tells (Fetch and ShareFetch bytes,
+request time) and, for a fetch over quota, swaps in Kafka's throttled empty response (KIP-219).
+
+A ShareFetch is charged as Kafka 4.4 charges it (KafkaApis.processShareFetchResponse, see
+docs/quotas.md, "Share groups"): once its records are in hand, the request quota first, then the
+consumer byte-rate quota with the response's size; over either, the bytes are taken back and the
+client gets an empty response carrying the throttle. Records the broker acquired for it stay
+acquired until their lock times out, as they do on a broker that throttles.
 """
 
 from __future__ import annotations
 
 from time import perf_counter
 
-from kafka_quota_proxy.protocol.api_keys import (
-    FETCH,
-)
+from kafka_quota_proxy.protocol.api_keys import FETCH, FETCHES
+from kafka_quota_proxy.protocol.error_codes import INVALID_SHARE_SESSION_EPOCH, NONE
 from kafka_quota_proxy.protocol.fetch import session_id, throttled_response_body
 from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_head, throttled_share_fetch_body
 from kafka_quota_proxy.protocol.throttle import read_throttle, throttle_offset
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
@@ -24,8 +30,8 @@ from kafka_quota_proxy.proxy.stages.throttling import (
 
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
 class QuotaSettle(ResponseStage):
-    """Charges what the response tells: Produce and Fetch bytes, request time. A streamed Fetch
-    is charged from its head: its size is known from the frame's size prefix."""
+    """Charges what the response tells: Fetch and ShareFetch bytes, request time. A streamed
+    Fetch is charged from its head: its size is known from the frame's size prefix."""
 
     streams = True
 
@@ -33,7 +39,7 @@ class QuotaSettle(ResponseStage):
         self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
-        # Only Fetch bytes and request time are charged here: QuotaCharge sets ctx.quota for
+        # Only fetched bytes and request time are charged here: QuotaCharge sets ctx.quota for
         # those alone. Without a request quota a Produce (charged on arrival) or a Metadata
         # response has nothing left to settle.
         return ctx.quota is not None
@@ -58,8 +64,9 @@ class QuotaSettle(ResponseStage):
         if key not in REQUEST_QUOTA_EXEMPT and q.request.quotas_enabled:
             request_throttle = q.request.record_and_get_throttle_ms(
                 user, client_id, request_time_ms(ctx, perf_counter()), now, ctx.conn.charge_handles)
-        if key == FETCH:
-            size = body_size + 4  # FetchResponse.sizeOf: the body and its 4-byte size
+        if key == FETCH or (key in FETCHES and _charged_share_fetch(body, ctx.api_version)):
+            # FetchResponse.sizeOf and ShareFetchResponse.sizeOf: the body and its 4-byte size
+            size = body_size + 4
             fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now,
                                                                 ctx.conn.charge_handles)
             if fetch_throttle > 0 or request_throttle > 0:
@@ -69,6 +76,11 @@ class QuotaSettle(ResponseStage):
                     # Kafka un-records the bytes and sends an empty response in their place,
                     # still carrying max(broker's, proxy's) throttle.
                     q.fetch.unrecord(user, client_id, size, now)
+                    if key != FETCH:
+                        head = read_share_fetch_head(body, ctx.api_version)
+                        return throttled_share_fetch_body(
+                            ctx.api_version, max(ctx.throttle_ms, head.throttle_time_ms),
+                            head.error_code, head.acquisition_lock_timeout_ms)
                     _take_back_topics(ctx, now)
                     at = throttle_offset(FETCH, ctx.api_version, body)
                     broker_ms = read_throttle(body, at) if at is not None else 0
@@ -79,6 +91,14 @@ class QuotaSettle(ResponseStage):
         return None
 
 
+
+
+def _charged_share_fetch(body: memoryview, version: int) -> bool:
+    """Whether a ShareFetch response is one Kafka charges bytes for: one built from fetched
+    records (KafkaApis.processShareFetchResponse), error NONE or INVALID_SHARE_SESSION_EPOCH. Its
+    other errors (no such session, not authorized ...) are answered through sendMaybeThrottle,
+    which charges the request quota alone."""
+    return read_share_fetch_head(body, version).error_code in (NONE, INVALID_SHARE_SESSION_EPOCH)
 
 
 def _take_back_topics(ctx: RequestContext, now: float) -> None:

@@ -1,0 +1,183 @@
+"""KIP-932 share groups through the proxy, charged as Kafka 4.4 charges them (docs/quotas.md,
+"Share groups"): a ShareFetch to the consumer byte-rate quota with its response's size, over quota
+answered empty with the throttle and the connection muted; a ShareAcknowledge to the request
+quota alone; both responses' NodeEndpoints rewritten to the proxy's addresses. An in-process Proxy
+in front of a scripted broker, the quota engine on a fake clock, so every throttle is Kafka's
+number to the millisecond."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kafka_quota_proxy.protocol.error_codes import INVALID_SHARE_SESSION_EPOCH
+from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_request
+from tests.proxy.conftest import running
+from tests.proxy.quota_support import (
+    LOCK_MS,
+    START_MS,
+    Script,
+    arrival,
+    broker_frames,
+    connect,
+    freeze,
+    kafka_throttle,
+    list_groups,
+    metric,
+    records_for_share_fetch_size,
+    run,
+    scope,
+    share_acknowledge,
+    share_fetch,
+)
+from tests.support.fake_broker import NODE_ID
+
+FETCH_QUOTA = [{"client-id": "c", "consumer_byte_rate": 100}]
+FETCH_CAP = 100 * 1  # the proxy caps max_bytes at one sample's worth of quota, Q*W
+SHARE_SESSION_NOT_FOUND = 122
+
+
+def partitions(response: Any) -> list[int]:
+    return [len(p.records) for t in response.responses for p in t.partitions]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_share_fetch_over_quota_gets_kafkas_throttled_empty_response(version: int) -> None:
+    script = Script()
+
+    async def scenario() -> None:
+        async with running(script, quotas=FETCH_QUOTA) as h:
+            freeze(h)
+            c = await connect(h)
+            q = h.proxy.engine.scope(scope(h))
+
+            script.share_records = records_for_share_fetch_size(version, 500)
+            request = share_fetch(version)
+            sent = [c.frame(request)]
+            c.writer.write(sent[0])
+            _, first = await c.recv(request)
+            assert first.throttle_time_ms == 0 and partitions(first) == [len(script.share_records)]
+            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 50.0  # 500 B over 10 s
+
+            script.share_records = records_for_share_fetch_size(version, 505)
+            started = asyncio.get_running_loop().time()
+            sent.append(c.frame(request))
+            c.writer.write(sent[1])
+            _, second = await c.recv(request)
+            expected = kafka_throttle((500 + 505) / 10, 100)
+            assert expected == 50
+            assert (second.throttle_time_ms, second.error_code, second.responses,
+                    second.node_endpoints) == (expected, 0, [], [])
+            assert second.acquisition_lock_timeout_ms == LOCK_MS  # the broker's, kept
+            # The bytes the client never got are taken back, as Kafka unrecords them.
+            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 50.0
+            assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
+                          user="ANONYMOUS", client_id="c") == 1
+
+            # Each forwarded ShareFetch had max_bytes capped and nothing else changed.
+            received = broker_frames(h)
+            assert len(received) == 2
+            body_offset = len(sent[0]) - len(bytes(request.encode(version=version)))
+            for original, forwarded in zip(sent, received, strict=True):
+                info = read_share_fetch_request(memoryview(forwarded), body_offset)
+                at = info.max_bytes_at
+                assert info.max_bytes == FETCH_CAP
+                assert read_share_fetch_request(memoryview(original), body_offset).max_bytes == 52_428_800
+                assert forwarded[:at] + forwarded[at + 4:] == original[:at] + original[at + 4:]
+
+            corr = await c.send(list_groups())  # muted for the 50 ms (KIP-219)
+            assert (await arrival(h, script, corr)) - started >= 0.050 - 0.001
+            await c.recv(list_groups())
+            c.close()
+    run(scenario())
+
+
+def test_share_fetch_throttle_follows_the_window_as_fetch_does() -> None:
+    script = Script()
+
+    async def scenario() -> None:
+        async with running(script, quotas=FETCH_QUOTA) as h:
+            now = freeze(h)
+            c = await connect(h)
+            script.share_records = records_for_share_fetch_size(1, 1000)
+            assert (await c.call(share_fetch(1))).throttle_time_ms == 0  # 1000 B / 10 s = 100
+            now[0] += 5000  # 1000 + 1100 over the 10 s the window still counts
+            script.share_records = records_for_share_fetch_size(1, 1100)
+            response = await c.call(share_fetch(1))
+            assert response.throttle_time_ms == kafka_throttle(2100 / 10, 100) == 11_000
+            assert response.responses == []
+            c.close()
+    run(scenario())
+
+
+def test_throttled_share_fetch_keeps_the_brokers_session_epoch_error_and_larger_throttle() -> None:
+    script = Script()
+    script.share_error = INVALID_SHARE_SESSION_EPOCH
+    script.share_throttle = 3000
+
+    async def scenario() -> None:
+        async with running(script, quotas=FETCH_QUOTA) as h:
+            freeze(h)
+            c = await connect(h)
+            script.share_records = records_for_share_fetch_size(1, 1005)
+            response = await c.call(share_fetch(1))
+            # Kafka's ShareSessionContext.throttleResponse answers this error when the epoch moved.
+            assert (response.error_code, response.throttle_time_ms, response.responses) == (
+                INVALID_SHARE_SESSION_EPOCH, 3000, [])
+            assert metric(h, "kafka_quota_proxy_throttle_time_ms_total", quota_type="fetch",
+                          user="ANONYMOUS", client_id="c") == 50
+            c.close()
+    run(scenario())
+
+
+def test_a_share_fetch_error_response_is_not_charged_bytes() -> None:
+    """Kafka answers a ShareFetch that fails before fetching (no session, not authorized) through
+    sendMaybeThrottle: the request quota only."""
+    script = Script()
+    script.share_error = SHARE_SESSION_NOT_FOUND
+    script.share_records = b"r" * 5000
+
+    async def scenario() -> None:
+        async with running(script, quotas=FETCH_QUOTA) as h:
+            freeze(h)
+            c = await connect(h)
+            response = await c.call(share_fetch(1))
+            assert (response.error_code, response.throttle_time_ms) == (SHARE_SESSION_NOT_FOUND, 0)
+            assert partitions(response) == [5000]
+            assert h.proxy.engine.scope(scope(h)).fetch.measure("ANONYMOUS", "c", START_MS) == 0
+            c.close()
+    run(scenario())
+
+
+def test_share_acknowledge_is_not_charged_to_the_byte_rate() -> None:
+    script = Script()
+
+    async def scenario() -> None:
+        async with running(script, quotas=FETCH_QUOTA) as h:
+            freeze(h)
+            c = await connect(h)
+            for _ in range(5):
+                assert (await c.call(share_acknowledge(1))).throttle_time_ms == 0
+            assert len(h.proxy.engine.scope(scope(h)).fetch.sensors) == 0
+            c.close()
+    run(scenario())
+
+
+@pytest.mark.parametrize("api", ["share_fetch", "share_acknowledge"])
+@pytest.mark.parametrize("version", [1, 2])
+def test_node_endpoints_name_the_proxy(api: str, version: int) -> None:
+    script = Script()
+
+    async def scenario() -> None:
+        async with running(script) as h:
+            script.node_endpoints = [(NODE_ID, "127.0.0.1", h.broker.port)]
+            c = await connect(h)
+            request = share_fetch(version) if api == "share_fetch" else share_acknowledge(version)
+            response = await c.call(request)
+            assert [(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints] == [
+                (NODE_ID, "127.0.0.1", h.settings.node_port(NODE_ID), None)]
+            assert response.responses[0].partitions[0].partition_index == 0  # the rest intact
+            c.close()
+    run(scenario())
