@@ -23,6 +23,11 @@ PRODUCER_ID_ACTIONS = ("throttle", "reject")
 # NOT_ENOUGH_REPLICAS, which every client measured retries, or the truthful
 # THROTTLING_QUOTA_EXCEEDED, which librdkafka and aiokafka fail the records with.
 TOPIC_REFUSALS = ("not_enough_replicas", "throttling_quota_exceeded")
+# What a ShareFetch over its consumer byte rate gets (docs/quotas.md, "Share groups"): `deliver`,
+# its records with the throttle, the connection then muted for it; or `empty`, Kafka 4.4's own
+# answer, no records, which leaves the records the broker acquired for it locked until their
+# lock times out (30 s by default), so the consumer stalls far below its quota.
+SHARE_FETCH_THROTTLES = ("deliver", "empty")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,7 @@ class QuotaSettings:
     anonymous_loopback: bool = True
     producer_ids: ProducerIdSettings = ProducerIdSettings()
     topic_refusal: str = "not_enough_replicas"
+    share_fetch_throttle: str = "deliver"
 
     @property
     def window_ms(self) -> int:
@@ -138,11 +144,13 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
             values[key] = file_path(full, value)
         elif key == "topic_refusal":
             values[key] = one_of(full, value, TOPIC_REFUSALS)
+        elif key == "share_fetch_throttle":
+            values[key] = one_of(full, value, SHARE_FETCH_THROTTLES)
         else:
             raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
                               "exempt_principals, exempt_client_ids, max_tracked_entities, "
                               "max_connections_per_ip, state_file, alter_principals, describe_principals, "
-                              "anonymous_loopback, producer_ids, topic_refusal)")
+                              "anonymous_loopback, producer_ids, topic_refusal, share_fetch_throttle)")
     return QuotaSettings(**values)
 
 

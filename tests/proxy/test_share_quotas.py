@@ -1,9 +1,10 @@
 """KIP-932 share groups through the proxy, charged as Kafka 4.4 charges them (docs/quotas.md,
 "Share groups"): a ShareFetch to the consumer byte-rate quota with its response's size, over quota
-answered empty with the throttle and the connection muted; a ShareAcknowledge to the request
-quota alone; both responses' NodeEndpoints rewritten to the proxy's addresses. An in-process Proxy
-in front of a scripted broker, the quota engine on a fake clock, so every throttle is Kafka's
-number to the millisecond."""
+delivered with the throttle and the connection muted (the default), or answered empty as Kafka
+answers it (`quota.share_fetch_throttle: empty`); a ShareAcknowledge to the request quota alone;
+both responses' NodeEndpoints rewritten to the proxy's addresses. An in-process Proxy in front of
+a scripted broker, the quota engine on a fake clock, so every throttle is Kafka's number to the
+millisecond."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from tests.proxy.quota_support import (
 from tests.support.fake_broker import NODE_ID
 
 FETCH_QUOTA = [{"client-id": "c", "consumer_byte_rate": 100}]
+KAFKAS_EMPTY = {"share_fetch_throttle": "empty"}  # Kafka 4.4's throttled ShareFetch
 FETCH_CAP = 100 * 1  # the proxy caps max_bytes at one sample's worth of quota, Q*W
 SHARE_SESSION_NOT_FOUND = 122
 
@@ -44,11 +46,40 @@ def partitions(response: Any) -> list[int]:
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_share_fetch_over_quota_gets_kafkas_throttled_empty_response(version: int) -> None:
+def test_share_fetch_over_quota_is_delivered_charged_and_muted_by_default(version: int) -> None:
+    """Not Kafka's empty answer: its records are the consumer's now (the broker acquired them for
+    it), so they are delivered, stay charged, and the connection is muted for the throttle."""
     script = Script()
 
     async def scenario() -> None:
         async with running(script, quotas=FETCH_QUOTA) as h:
+            freeze(h)
+            c = await connect(h)
+            q = h.proxy.engine.scope(scope(h))
+            script.share_records = records_for_share_fetch_size(version, 500)
+            assert (await c.call(share_fetch(version))).throttle_time_ms == 0
+            script.share_records = records_for_share_fetch_size(version, 505)
+            started = asyncio.get_running_loop().time()
+            second = await c.call(share_fetch(version))
+            assert second.throttle_time_ms == kafka_throttle((500 + 505) / 10, 100) == 50
+            assert partitions(second) == [len(script.share_records)]  # the records, unchanged
+            assert second.acquisition_lock_timeout_ms == LOCK_MS
+            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 100.5  # delivered: charged
+            assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
+                          user="ANONYMOUS", client_id="c") == 1
+            corr = await c.send(list_groups())  # muted for the 50 ms (KIP-219)
+            assert (await arrival(h, script, corr)) - started >= 0.050 - 0.001
+            await c.recv(list_groups())
+            c.close()
+    run(scenario())
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_share_fetch_over_quota_gets_kafkas_throttled_empty_response(version: int) -> None:
+    script = Script()
+
+    async def scenario() -> None:
+        async with running(script, quotas=FETCH_QUOTA, quota=KAFKAS_EMPTY) as h:
             freeze(h)
             c = await connect(h)
             q = h.proxy.engine.scope(scope(h))
@@ -94,11 +125,12 @@ def test_share_fetch_over_quota_gets_kafkas_throttled_empty_response(version: in
     run(scenario())
 
 
-def test_share_fetch_throttle_follows_the_window_as_fetch_does() -> None:
+@pytest.mark.parametrize("mode", ["deliver", "empty"])
+def test_share_fetch_throttle_follows_the_window_as_fetch_does(mode: str) -> None:
     script = Script()
 
     async def scenario() -> None:
-        async with running(script, quotas=FETCH_QUOTA) as h:
+        async with running(script, quotas=FETCH_QUOTA, quota={"share_fetch_throttle": mode}) as h:
             now = freeze(h)
             c = await connect(h)
             script.share_records = records_for_share_fetch_size(1, 1000)
@@ -107,7 +139,7 @@ def test_share_fetch_throttle_follows_the_window_as_fetch_does() -> None:
             script.share_records = records_for_share_fetch_size(1, 1100)
             response = await c.call(share_fetch(1))
             assert response.throttle_time_ms == kafka_throttle(2100 / 10, 100) == 11_000
-            assert response.responses == []
+            assert partitions(response) == ([len(script.share_records)] if mode == "deliver" else [])
             c.close()
     run(scenario())
 
@@ -118,7 +150,7 @@ def test_throttled_share_fetch_keeps_the_brokers_session_epoch_error_and_larger_
     script.share_throttle = 3000
 
     async def scenario() -> None:
-        async with running(script, quotas=FETCH_QUOTA) as h:
+        async with running(script, quotas=FETCH_QUOTA, quota=KAFKAS_EMPTY) as h:
             freeze(h)
             c = await connect(h)
             script.share_records = records_for_share_fetch_size(1, 1005)
