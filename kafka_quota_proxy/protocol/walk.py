@@ -138,6 +138,10 @@ class WalkResult:
     tags_at: int  # offset of the tagged-field section, or the end if not flexible
     end: int
 
+    @property
+    def start(self) -> int:
+        return next(iter(self.offsets.values()), self.tags_at)
+
     def span(self, name: str) -> tuple[int, int]:
         """(start, end) of an in-line field: it ends where the next field (or the tags) starts."""
         start = self.offsets[name]
