@@ -17,7 +17,7 @@ from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.messages import encode_body, encode_element
 from kafka_quota_proxy.protocol.pieces import spliced
 from kafka_quota_proxy.protocol.primitives import INT16, encode_length, need, read_length
-from kafka_quota_proxy.protocol.walk import walker
+from kafka_quota_proxy.protocol.walk import response_walker
 
 FIELD = "ApiKeys"
 
@@ -39,7 +39,7 @@ def intersect(body: memoryview, version: int, served: Iterable[tuple[int, int, i
         return bytes(body)
     spec = codec()[API_VERSIONS]
     flexible = spec.is_flexible(version)
-    top = walker(spec.response.name, version, flexible)
+    top = response_walker(API_VERSIONS, version)
     at = top.walk(body, 0)
     start, end = at.span(FIELD)
     if read_length(body, start, top.compact(FIELD))[0] < 0:

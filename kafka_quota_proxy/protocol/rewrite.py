@@ -29,7 +29,6 @@ from kafka_quota_proxy.protocol.api_keys import (
     STREAMS_GROUP_DESCRIBE,
     STREAMS_GROUP_HEARTBEAT,
 )
-from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.messages import decode_response
 from kafka_quota_proxy.protocol.pieces import Edit, Pieces, spliced
@@ -42,7 +41,7 @@ from kafka_quota_proxy.protocol.primitives import (
     read_uvarint,
     skip_tagged_fields,
 )
-from kafka_quota_proxy.protocol.walk import Layout, Walker, WalkResult, tagged_fields, walker
+from kafka_quota_proxy.protocol.walk import Layout, WalkResult, response_walker, tagged_fields, walker
 
 # (node_id, real host, real port) -> (advertised host, advertised port)
 AddressMapper = Callable[[int, str, int], tuple[str, int]]
@@ -51,11 +50,6 @@ MetadataObserver = Callable[[Any], None]
 
 NODE_ENDPOINTS_TAG = 0
 NODE_ENDPOINTS_FROM = {PRODUCE: 10, FETCH: 16}
-
-
-def _walker(api_key: int, version: int) -> Walker:
-    spec = codec()[api_key]
-    return walker(spec.response.name, version, spec.is_flexible(version))
 
 
 def _address_edits(body: memoryview, layout: Layout, node: WalkResult, id_field: str,
@@ -81,7 +75,7 @@ def _address_edits(body: memoryview, layout: Layout, node: WalkResult, id_field:
 def _rewrite_nodes(api_key: int, version: int, body: memoryview, array: str | None, id_field: str,
                    mapper: AddressMapper) -> bytes | None:
     """Splice the proxy's addresses into the nodes of `array` (None: the message is the node)."""
-    top = _walker(api_key, version)
+    top = response_walker(api_key, version)
     at = top.walk(body, 0)
     if array is None:
         edits = _address_edits(body, top, at, id_field, mapper)

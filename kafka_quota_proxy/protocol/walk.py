@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kafka_quota_proxy.protocol.apis import message_json
+from kafka_quota_proxy.protocol.apis import codec, message_json
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.primitives import (
     INT16,
@@ -234,3 +234,9 @@ def tagged_fields(buf: memoryview, pos: int) -> dict[int, tuple[int, int]]:
 @cache
 def walker(message: str, version: int, flexible: bool) -> Walker:
     return Walker(message, version, flexible)
+
+
+def response_walker(api_key: int, version: int) -> Walker:
+    """The walker of an API's response at a version."""
+    spec = codec()[api_key]
+    return walker(spec.response.name, version, spec.is_flexible(version))
