@@ -76,10 +76,10 @@ def _rewrite_nodes(api_key: int, version: int, body: memoryview, array: str | No
                    mapper: AddressMapper) -> bytes | None:
     """Splice the proxy's addresses into the nodes of `array` (None: the message is the node)."""
     top = response_walker(api_key, version)
-    at = top.walk(body, 0)
     if array is None:
-        edits = _address_edits(body, top, at, id_field, mapper)
+        edits = _address_edits(body, top, top.walk(body, 0), id_field, mapper)
     else:
+        at = top.walk_to(body, 0, array)  # what follows the nodes is not read: it passes as it came
         items = top.items(array)
         edits = [edit for node in top.elements(body, at, array)
                  for edit in _address_edits(body, items, node, id_field, mapper)]

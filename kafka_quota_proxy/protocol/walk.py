@@ -173,6 +173,18 @@ class Layout:
             pos = skip_tagged_fields(buf, pos)
         return WalkResult(offsets, tags_at, pos)
 
+    def walk_to(self, buf: memoryview, pos: int, last: str) -> WalkResult:
+        """Walk only as far as the field `last`: the offsets of it and of the fields before it,
+        and `tags_at` and `end` where it ends. For a change to `last` and what precedes it, the
+        rest passing as it came, unread (Metadata's topics after its brokers, say)."""
+        offsets: dict[str, int] = {}
+        for name, step in zip(self._names, self._steps, strict=True):
+            offsets[name] = pos
+            pos = step(buf, pos)
+            if name == last:
+                return WalkResult(offsets, pos, pos)
+        raise ValueError(f"no field {last}")
+
     def compact(self, name: str) -> bool:
         """Whether a field's length or count prefix is a compact (varint) one."""
         field = self._json[name]
