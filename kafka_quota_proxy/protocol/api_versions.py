@@ -14,12 +14,20 @@ from kafka_quota_proxy.protocol.api_keys import API_VERSIONS, REFUSED
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.error_codes import UNSUPPORTED_VERSION
 from kafka_quota_proxy.protocol.errors import MalformedMessage
-from kafka_quota_proxy.protocol.messages import decode_response, encode_body
-from kafka_quota_proxy.protocol.primitives import INT16, need
+from kafka_quota_proxy.protocol.messages import encode_body, encode_element
+from kafka_quota_proxy.protocol.pieces import spliced
+from kafka_quota_proxy.protocol.primitives import INT16, encode_length, need, read_length
+from kafka_quota_proxy.protocol.walk import response_walker
+
+FIELD = "ApiKeys"
 
 
 def intersect(body: memoryview, version: int, served: Iterable[tuple[int, int, int]] = ()) -> bytes:
-    """Rewrite a broker's ApiVersions response body. `served`: (key, min, max) the proxy answers."""
+    """Rewrite a broker's ApiVersions response body. `served`: (key, min, max) the proxy answers.
+
+    Only the api_keys array changes, and in it only what the intersection changes: a kept entry's
+    bytes are the broker's (with its MaxVersion capped), so every tagged field the proxy does not
+    know, in an entry or at the top, passes as it came."""
     need(body, 0, 2)
     (error_code,) = INT16.unpack_from(body, 0)
     if error_code == UNSUPPORTED_VERSION:
@@ -27,26 +35,37 @@ def intersect(body: memoryview, version: int, served: Iterable[tuple[int, int, i
         version = 0
     elif error_code != 0:
         # Any other error (e.g. INVALID_REQUEST) comes at the request's version with no API list
-        # to intersect. Forward it as is: kafka-python would decode any error body as v0.
+        # to intersect. Forward it as is.
         return bytes(body)
-    msg = decode_response(API_VERSIONS, version, body)
-    if msg.api_keys is None:  # not a nullable array; kafka-python reads length -1 as None
+    spec = codec()[API_VERSIONS]
+    flexible = spec.is_flexible(version)
+    top = response_walker(API_VERSIONS, version)
+    at = top.walk(body, 0)
+    start, end = at.span(FIELD)
+    if read_length(body, start, top.compact(FIELD))[0] < 0:
         raise MalformedMessage("ApiVersions response has a null api_keys array")
     table = codec()
-    kept = []
-    for entry in msg.api_keys:
-        spec = table.get(entry.api_key)
-        if spec is None or entry.api_key in REFUSED:
+    kept: list[tuple[int, bytes]] = []
+    for entry in top.elements(body, at, FIELD):
+        key, low, high = (INT16.unpack_from(body, entry.offsets[f])[0]
+                          for f in ("ApiKey", "MinVersion", "MaxVersion"))
+        known = table.get(key)
+        if known is None or key in REFUSED:
             continue
-        entry.max_version = min(entry.max_version, spec.max_version)
-        if entry.min_version <= entry.max_version:
-            kept.append(entry)
-    present = {e.api_key for e in kept}
-    for key, lo, hi in served:
+        cap = min(high, known.max_version)
+        if low > cap:
+            continue
+        high_at = entry.offsets["MaxVersion"]  # the cap is the one change to a kept entry
+        raw = (body[entry.start : high_at], INT16.pack(cap), body[high_at + 2 : entry.end])
+        kept.append((key, b"".join(raw)))
+    present = {key for key, _ in kept}
+    for key, low, high in served:
         if key not in present:
-            kept.append(type(msg).ApiVersion(api_key=key, min_version=lo, max_version=hi))
-    msg.api_keys = sorted(kept, key=lambda e: e.api_key)
-    return encode_body(msg)
+            item = spec.response.ApiVersion(api_key=key, min_version=low, max_version=high)
+            kept.append((key, encode_element(item, version, flexible)))
+    kept.sort(key=lambda k: k[0])
+    array = encode_length(len(kept), top.compact(FIELD)) + b"".join(entry for _, entry in kept)
+    return spliced(body, [(start, end, array)]).join()
 
 
 def unsupported_version_body() -> bytes:

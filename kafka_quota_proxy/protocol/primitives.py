@@ -61,6 +61,30 @@ def read_length(buf: memoryview | bytes, pos: int, compact: bool,
     return int(fixed.unpack_from(buf, pos)[0]), pos + fixed.size
 
 
+def encode_length(n: int, compact: bool, fixed: struct.Struct = INT32) -> bytes:
+    """The prefix `read_length` reads: compact (n + 1 as a varint) or `fixed`."""
+    return encode_uvarint(n + 1) if compact else fixed.pack(n)
+
+
+def read_string(buf: memoryview | bytes, pos: int, compact: bool) -> tuple[str | None, int]:
+    """A (nullable) string: None for length -1. Returns (string, position after it)."""
+    n, pos = read_length(buf, pos, compact, INT16)
+    if n < 0:
+        if n != -1:
+            raise MalformedMessage(f"string length {n}")
+        return None, pos
+    need(buf, pos, n)
+    try:
+        return bytes(buf[pos : pos + n]).decode("utf-8"), pos + n
+    except UnicodeDecodeError as exc:
+        raise MalformedMessage("a string that is not UTF-8") from exc
+
+
+def encode_string(value: str, compact: bool) -> bytes:
+    raw = value.encode("utf-8")
+    return encode_length(len(raw), compact, INT16) + raw
+
+
 def need(buf: memoryview | bytes, pos: int, n: int) -> None:
     if pos + n > len(buf):
         raise TruncatedMessage(f"needs {n} bytes at offset {pos}, message has {len(buf)}")

@@ -5,6 +5,10 @@ DescribeCluster (brokers), KIP-951 `node_endpoints` in Produce (v10+) and Fetch 
 KIP-932's NodeEndpoints in ShareFetch and ShareAcknowledge (every version).
 Each function takes the response body and returns the new body, or None when nothing changed.
 
+Nothing is decoded and encoded again: the walker (walk.py, compiled from Kafka's message JSON)
+finds each node's Host and Port, and only those bytes are replaced. Every other byte is the
+broker's, so fields and tagged fields the proxy does not know (a newer broker's) pass unchanged.
+
 node_endpoints sits in the top-level tagged fields at the very end of Produce and Fetch
 responses, and brokers such as Tansu send it (often empty) on every response. So those bodies
 are never decoded: the walker finds the tagged section, only that section is rewritten, and the
@@ -33,16 +37,18 @@ from kafka_quota_proxy.protocol.api_keys import (
     STREAMS_GROUP_HEARTBEAT,
 )
 from kafka_quota_proxy.protocol.errors import MalformedMessage
-from kafka_quota_proxy.protocol.messages import decode_response, encode_body
-from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.messages import decode_response
+from kafka_quota_proxy.protocol.pieces import Edit, Pieces, spliced
 from kafka_quota_proxy.protocol.primitives import (
     INT32,
+    encode_string,
     encode_uvarint,
     need,
+    read_string,
     read_uvarint,
     skip_tagged_fields,
 )
-from kafka_quota_proxy.protocol.walk import tagged_fields, walker
+from kafka_quota_proxy.protocol.walk import Layout, WalkResult, response_walker, tagged_fields, walker
 
 # (node_id, real host, real port) -> (advertised host, advertised port)
 AddressMapper = Callable[[int, str, int], tuple[str, int]]
@@ -56,54 +62,54 @@ TRAILING_NODE_ENDPOINTS = {SHARE_FETCH: "ShareFetchResponse", SHARE_ACKNOWLEDGE:
 NODE_ENDPOINTS_FIELD = "NodeEndpoints"
 
 
-def _mapped(mapper: AddressMapper, node_id: int, host: str | None, port: int) -> tuple[str, int]:
-    if host is None:  # not a nullable string; kafka-python reads length -1 as None
+def _address_edits(body: memoryview, layout: Layout, node: WalkResult, id_field: str,
+                   mapper: AddressMapper) -> list[Edit]:
+    """The edits that give one node (a struct with an id, Host and Port) its proxy address: its
+    host's and port's bytes, nothing else. None for a node with no address (FindCoordinator's
+    errors carry -1/""/-1)."""
+    (node_id,) = INT32.unpack_from(body, node.offsets[id_field])
+    port_at = node.offsets["Port"]
+    (port,) = INT32.unpack_from(body, port_at)
+    if node_id < 0 or port < 0:
+        return []
+    host_at, host_end = node.span("Host")
+    compact = layout.compact("Host")
+    host, _ = read_string(body, host_at, compact)
+    if host is None:  # not a nullable string
         raise MalformedMessage(f"null host for broker {node_id}")
-    return mapper(node_id, host, port)
+    new_host, new_port = mapper(node_id, host, port)
+    return [(host_at, host_end, encode_string(new_host, compact)),
+            (port_at, port_at + 4, INT32.pack(new_port))]
 
 
-def _rewrite_nodes(nodes: Any, id_attr: str, mapper: AddressMapper) -> None:
-    for node in nodes or ():
-        node_id = getattr(node, id_attr)
-        if node_id < 0 or node.port < 0:  # e.g. FindCoordinator errors carry -1/""/-1
-            continue
-        node.host, node.port = _mapped(mapper, node_id, node.host, node.port)
+def _rewrite_nodes(api_key: int, version: int, body: memoryview, array: str | None, id_field: str,
+                   mapper: AddressMapper) -> bytes | None:
+    """Splice the proxy's addresses into the nodes of `array` (None: the message is the node)."""
+    top = response_walker(api_key, version)
+    if array is None:
+        edits = _address_edits(body, top, top.walk(body, 0), id_field, mapper)
+    else:
+        at = top.walk_to(body, 0, array)  # what follows the nodes is not read: it passes as it came
+        items = top.items(array)
+        edits = [edit for node in top.elements(body, at, array)
+                 for edit in _address_edits(body, items, node, id_field, mapper)]
+    return spliced(body, edits).join() if edits else None
 
 
 def _metadata(body: memoryview, version: int, mapper: AddressMapper,
-              observe: MetadataObserver | None) -> bytes:
-    msg = decode_response(METADATA, version, body)
+              observe: MetadataObserver | None) -> bytes | None:
     if observe is not None:
-        observe(msg)
-    _rewrite_nodes(msg.brokers, "node_id", mapper)
-    return encode_body(msg)
+        observe(decode_response(METADATA, version, body))
+    return _rewrite_nodes(METADATA, version, body, "Brokers", "NodeId", mapper)
 
 
-def _find_coordinator(body: memoryview, version: int, mapper: AddressMapper) -> bytes:
-    msg = decode_response(FIND_COORDINATOR, version, body)
-    if version >= 4:
-        _rewrite_nodes(msg.coordinators, "node_id", mapper)
-    elif msg.node_id >= 0 and msg.port >= 0:
-        msg.host, msg.port = _mapped(mapper, msg.node_id, msg.host, msg.port)
-    return encode_body(msg)
+def _find_coordinator(body: memoryview, version: int, mapper: AddressMapper) -> bytes | None:
+    return _rewrite_nodes(FIND_COORDINATOR, version, body, "Coordinators" if version >= 4 else None,
+                          "NodeId", mapper)
 
 
-def _describe_cluster(body: memoryview, version: int, mapper: AddressMapper) -> bytes:
-    msg = decode_response(DESCRIBE_CLUSTER, version, body)
-    _rewrite_nodes(msg.brokers, "broker_id", mapper)
-    return encode_body(msg)
-
-
-def _compact_string(buf: memoryview, pos: int) -> tuple[str, int]:
-    n, pos = read_uvarint(buf, pos)
-    if n == 0:
-        raise MalformedMessage("null host in node_endpoints")
-    need(buf, pos, n - 1)
-    try:
-        host = bytes(buf[pos : pos + n - 1]).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise MalformedMessage("host in node_endpoints is not UTF-8") from exc
-    return host, pos + n - 1
+def _describe_cluster(body: memoryview, version: int, mapper: AddressMapper) -> bytes | None:
+    return _rewrite_nodes(DESCRIBE_CLUSTER, version, body, "Brokers", "BrokerId", mapper)
 
 
 def _skip_compact_nullable(buf: memoryview, pos: int) -> int:
@@ -122,7 +128,9 @@ def rewrite_node_endpoints_tag(value: memoryview, mapper: AddressMapper) -> byte
     for _ in range(n - 1):
         need(value, pos, 4)
         (node_id,) = INT32.unpack_from(value, pos)
-        host, pos = _compact_string(value, pos + 4)
+        host, pos = read_string(value, pos + 4, compact=True)
+        if host is None:
+            raise MalformedMessage("null host in node_endpoints")
         need(value, pos, 4)
         (port,) = INT32.unpack_from(value, pos)
         pos += 4
@@ -166,7 +174,7 @@ def _trailing_node_endpoints(api_key: int, version: int, body: memoryview,
 
 def rewrite_addresses(api_key: int, version: int, body: memoryview, mapper: AddressMapper,
                       observe: MetadataObserver | None = None) -> bytes | Pieces | None:
-    """The rewritten body, or None if this response carries no broker address."""
+    """The rewritten body, or None if this response carries no broker address to rewrite."""
     if api_key == METADATA:
         return _metadata(body, version, mapper, observe)
     if api_key == FIND_COORDINATOR:

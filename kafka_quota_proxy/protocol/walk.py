@@ -14,9 +14,16 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from kafka_quota_proxy.protocol.apis import message_json
+from kafka_quota_proxy.protocol.apis import codec, message_json
 from kafka_quota_proxy.protocol.errors import MalformedMessage
-from kafka_quota_proxy.protocol.primitives import INT16, INT32, need, read_uvarint, skip_tagged_fields
+from kafka_quota_proxy.protocol.primitives import (
+    INT16,
+    INT32,
+    need,
+    read_length,
+    read_uvarint,
+    skip_tagged_fields,
+)
 
 Skip = Callable[[memoryview, int], int]
 
@@ -125,22 +132,36 @@ def _struct_skip(fields: tuple[Any, ...], version: int, flexible: bool) -> Skip:
 
 @dataclass(slots=True)
 class WalkResult:
-    """Where a message's top-level fields, its tagged fields and its end are."""
+    """Where a message's (or one struct element's) in-line fields, its tagged fields and its end are."""
 
-    offsets: dict[str, int]  # top-level in-line field name -> offset of its first byte
-    tags_at: int  # offset of the top-level tagged-field section, or the end if not flexible
+    offsets: dict[str, int]  # in-line field name -> offset of its first byte, in field order
+    tags_at: int  # offset of the tagged-field section, or the end if not flexible
     end: int
 
+    @property
+    def start(self) -> int:
+        return next(iter(self.offsets.values()), self.tags_at)
 
-class Walker:
-    """Finds the offsets of a message's top-level fields and of its tagged-field section."""
+    def span(self, name: str) -> tuple[int, int]:
+        """(start, end) of an in-line field: it ends where the next field (or the tags) starts."""
+        start = self.offsets[name]
+        later = [at for at in self.offsets.values() if at > start]
+        return start, min(later, default=self.tags_at)
 
-    def __init__(self, message: str, version: int, flexible: bool) -> None:
-        data = message_json(message)
+
+class Layout:
+    """A struct's in-line fields for one version: walks one element of it and says where each
+    field starts, and gives the layout of an array field's elements, so that a rewrite can
+    replace a few fields' bytes and keep every other byte (unknown tagged fields included)."""
+
+    def __init__(self, fields: Any, version: int, flexible: bool) -> None:
+        self.version = version
         self.flexible = flexible
-        fields = inline_fields(data["fields"], version, flexible)
-        self._names = [f["name"] for f in fields]
-        self._steps = [_field_skip(f, version, flexible) for f in fields]
+        inline = inline_fields(fields, version, flexible)
+        self._json = {f["name"]: f for f in inline}
+        self._names = [f["name"] for f in inline]
+        self._steps = [_field_skip(f, version, flexible) for f in inline]
+        self._items: dict[str, Layout] = {}
 
     def walk(self, buf: memoryview, pos: int) -> WalkResult:
         offsets: dict[str, int] = {}
@@ -150,9 +171,63 @@ class Walker:
         tags_at = pos
         if self.flexible:
             pos = skip_tagged_fields(buf, pos)
-        if pos != len(buf):
-            raise MalformedMessage(f"{len(buf) - pos} trailing bytes after the message")
         return WalkResult(offsets, tags_at, pos)
+
+    def walk_to(self, buf: memoryview, pos: int, last: str) -> WalkResult:
+        """Walk only as far as the field `last`: the offsets of it and of the fields before it,
+        and `tags_at` and `end` where it ends. For a change to `last` and what precedes it, the
+        rest passing as it came, unread (Metadata's topics after its brokers, say)."""
+        offsets: dict[str, int] = {}
+        for name, step in zip(self._names, self._steps, strict=True):
+            offsets[name] = pos
+            pos = step(buf, pos)
+            if name == last:
+                return WalkResult(offsets, pos, pos)
+        raise ValueError(f"no field {last}")
+
+    def compact(self, name: str) -> bool:
+        """Whether a field's length or count prefix is a compact (varint) one."""
+        field = self._json[name]
+        if "flexibleVersions" in field:
+            return in_versions(field["flexibleVersions"], self.version)
+        return self.flexible
+
+    def items(self, name: str) -> Layout:
+        """The layout of the elements of an array-of-structs field."""
+        found = self._items.get(name)
+        if found is None:
+            field = self._json[name]
+            if not field["type"].startswith("[]") or "fields" not in field:
+                raise ValueError(f"{name} is not an array of structs")
+            found = self._items[name] = Layout(tuple(field["fields"]), self.version, self.flexible)
+        return found
+
+    def elements(self, buf: memoryview, at: WalkResult, name: str) -> list[WalkResult]:
+        """Each element of the array-of-structs field `name` of the struct walked as `at`; none
+        for a null array."""
+        n, pos = read_length(buf, at.offsets[name], self.compact(name))
+        if n < -1:
+            raise MalformedMessage(f"array length {n}")
+        layout = self.items(name)
+        found = []
+        for _ in range(n):
+            element = layout.walk(buf, pos)
+            found.append(element)
+            pos = element.end
+        return found
+
+
+class Walker(Layout):
+    """Finds the offsets of a message's top-level fields and of its tagged-field section."""
+
+    def __init__(self, message: str, version: int, flexible: bool) -> None:
+        super().__init__(message_json(message)["fields"], version, flexible)
+
+    def walk(self, buf: memoryview, pos: int) -> WalkResult:
+        result = super().walk(buf, pos)
+        if result.end != len(buf):
+            raise MalformedMessage(f"{len(buf) - result.end} trailing bytes after the message")
+        return result
 
 
 def tagged_fields(buf: memoryview, pos: int) -> dict[int, tuple[int, int]]:
@@ -171,3 +246,9 @@ def tagged_fields(buf: memoryview, pos: int) -> dict[int, tuple[int, int]]:
 @cache
 def walker(message: str, version: int, flexible: bool) -> Walker:
     return Walker(message, version, flexible)
+
+
+def response_walker(api_key: int, version: int) -> Walker:
+    """The walker of an API's response at a version."""
+    spec = codec()[api_key]
+    return walker(spec.response.name, version, spec.is_flexible(version))

@@ -183,11 +183,15 @@ def test_truncated_and_malformed_bodies() -> None:
     for body in (b"", b"\x00"):
         with pytest.raises(TruncatedMessage):
             intersect(memoryview(body), 3)
-    with pytest.raises(MalformedMessage):
-        intersect(memoryview(b"\x00\x00\x05"), 3)
+    with pytest.raises(TruncatedMessage):
+        intersect(memoryview(b"\x00\x00\x05"), 3)  # four entries promised, none there
     whole = response(2, BROKER)
-    with pytest.raises(MalformedMessage):
+    with pytest.raises(TruncatedMessage):
         intersect(memoryview(whole[:-5]), 2)
+    with pytest.raises(MalformedMessage):
+        intersect(memoryview(whole + b"\x00"), 2)
+    with pytest.raises(MalformedMessage):
+        intersect(memoryview(b"\x00\x00\x00\x00\x00\x00\x00\x00"), 3)  # a null api_keys
 
 
 def test_unsupported_version_body_exact_bytes() -> None:

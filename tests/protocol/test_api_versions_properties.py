@@ -19,6 +19,7 @@ from kafka_quota_proxy.protocol.bootstrap import metadata_brokers, metadata_vers
 from kafka_quota_proxy.protocol.error_codes import UNSUPPORTED_VERSION
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import frame_response
+from tests.support.future import encode_future, future
 from tests.support.messages import message
 from tests.support.mutations import mutated
 
@@ -145,3 +146,37 @@ def test_bootstrap_arbitrary_bytes_raise_only_protocol_errors(frame: bytes, vers
             call()
         except ProtocolError:
             pass
+
+
+FutureResponse = future(ApiVersionsResponse)
+future_entries = st.lists(st.fixed_dictionaries(
+    {"api_key": st.integers(0, 100) | st.sampled_from(sorted(codec())),
+     "min_version": st.integers(0, 20), "max_version": st.integers(0, 20)},
+    optional={"future63": st.binary(max_size=3), "future200": st.binary(max_size=140)},
+).map(lambda kw: FutureResponse.ApiVersion(**kw)), max_size=12)
+
+
+@given(VERSIONS.flatmap(lambda v: st.tuples(
+    st.just(v), message(FutureResponse, v), future_entries, st.lists(st.sampled_from(SERVED), unique=True))))
+def test_unknown_tagged_fields_survive_byte_for_byte(case: tuple[int, Any, list[Any], list[Any]]) -> None:
+    """A newer broker's tagged fields, at the top and in each entry, are kept: the output is what
+    kafka-python writes for the same message with the intersected entries (a kept entry with its
+    tags, capped; a served one new)."""
+    version, msg, broker_entries, served = case
+    msg.error_code, msg.api_keys = 0, broker_entries
+    body = encode_future(msg, version)
+    out = intersect(memoryview(body), version, served)
+    expected = expected_entries(broker_entries, served)
+    kept = []
+    table = codec()
+    for e in broker_entries:
+        if e.api_key in table and e.api_key not in REFUSED:
+            e.max_version = min(e.max_version, table[e.api_key].max_version)
+            if e.min_version <= e.max_version:
+                kept.append(e)
+    present = {e.api_key for e in kept}
+    kept += [FutureResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
+             for k, lo, hi in served if k not in present]
+    msg.api_keys = sorted(kept, key=lambda e: e.api_key)
+    assert [(e.api_key, e.min_version, e.max_version) for e in msg.api_keys] == expected
+    assert out == encode_future(msg, version)

@@ -1,7 +1,8 @@
 """Properties of broker address rewriting, at every version of every response that carries an
 address: each broker address is replaced by the mapper's, every other field is as the broker
 sent it (and in Produce/Fetch every byte before the tagged fields is the broker's own, not a
-copy); damaged or arbitrary bodies raise only ProtocolError."""
+copy), and unknown tagged fields anywhere in the body pass byte for byte; damaged or arbitrary
+bodies raise only ProtocolError."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.rewrite import rewrite_addresses, rewrite_node_endpoints_tag
 from kafka_quota_proxy.protocol.walk import walker
+from tests.support.future import encode_future, future
 from tests.support.messages import message
 from tests.support.mutations import mutated
 
@@ -69,9 +71,24 @@ def test_every_address_rewritten_and_nothing_else(case: tuple[int, int, Any]) ->
         assert isinstance(head, memoryview) and head.obj is not None and bytes(head) == body[:tags_at]
         new = out.join()
     else:
-        assert isinstance(out, bytes)
-        new = out
+        assert out is None or isinstance(out, bytes)
+        new = body if out is None else out
     assert cls.decode(new, version=version) == expected
+
+
+@given(st.sampled_from(ADDRESSED).flatmap(
+    lambda api: message(future(codec()[api[0]].response), api[1]).map(lambda m: (api[0], api[1], m))))
+def test_unknown_tagged_fields_survive_byte_for_byte(case: tuple[int, int, Any]) -> None:
+    """A newer broker's tagged fields, in every struct, are kept: the output is the input with
+    only the addresses changed, as kafka-python writes the same message with the new addresses."""
+    api_key, version, msg = case
+    body = encode_future(msg, version)
+    out = rewrite_addresses(api_key, version, memoryview(body), mapped, lambda _: None)
+    for node in decoded_nodes(api_key, version, msg):
+        if api_key in (PRODUCE, FETCH) or (node_id(api_key, node) >= 0 and node.port >= 0):
+            node.host, node.port = mapped(node_id(api_key, node), node.host, node.port)
+    new = body if out is None else out.join() if isinstance(out, Pieces) else out
+    assert new == encode_future(msg, version)
 
 
 @st.composite

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from kafka.protocol.consumer.fetch import FetchResponse
+from kafka.protocol.metadata.metadata import MetadataResponse as M
 from kafka.protocol.producer.produce import ProduceResponse
 
 from kafka_quota_proxy.protocol.errors import MalformedMessage, ProtocolError, TruncatedMessage
@@ -345,3 +346,20 @@ def test_walker_is_cached_per_message_and_version() -> None:
 def test_errors_are_protocol_errors() -> None:
     assert issubclass(TruncatedMessage, ProtocolError)
     assert issubclass(MalformedMessage, ProtocolError)
+
+
+def test_walk_to_and_elements_give_the_offsets_a_splice_needs() -> None:
+    brokers = [M.MetadataResponseBroker(node_id=n, host="h" * n, port=9000 + n, rack=None) for n in (1, 2)]
+    msg = M(version=12, throttle_time_ms=7, brokers=brokers, cluster_id="c", controller_id=1, topics=[])
+    body = memoryview(bytes(msg.encode(version=12)))
+    w = walker("MetadataResponse", 12, True)
+    whole = w.walk(body, 0)
+    part = w.walk_to(body, 0, "Brokers")
+    assert part.offsets == {"ThrottleTimeMs": 0, "Brokers": 4}
+    assert part.span("Brokers") == whole.span("Brokers") == (4, whole.offsets["ClusterId"])
+    # Two brokers: a count (3), then node id, compact host, port, null rack, no tags each.
+    first, second = w.elements(body, part, "Brokers")
+    assert (first.start, first.offsets["Host"], first.span("Host"), first.offsets["Port"], first.end) == (
+        5, 9, (9, 11), 11, 17)
+    assert (second.start, second.span("Host"), second.end) == (17, (21, 24), 30)
+    assert w.compact("Brokers") and w.items("Brokers").compact("Host")

@@ -26,8 +26,10 @@ from kafka.protocol.admin.configs import (
 
 from kafka_quota_proxy.protocol.api_keys import DESCRIBE_CONFIGS, INCREMENTAL_ALTER_CONFIGS
 from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST
-from kafka_quota_proxy.protocol.messages import encode_body
-from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.messages import encode_element
+from kafka_quota_proxy.protocol.pieces import Edit, Pieces, spliced
+from kafka_quota_proxy.protocol.primitives import encode_length
+from kafka_quota_proxy.protocol.walk import response_walker
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
@@ -57,6 +59,7 @@ from kafka_quota_proxy.quota.topic_configs import (
 )
 
 _SIZE = struct.Struct(">i")
+RESULTS = "Responses"  # IncrementalAlterConfigs' results
 
 
 def _audit_ops(configs: list[WireConfig]) -> list[WireOp]:
@@ -216,12 +219,12 @@ class TopicConfigsAnswer(ResponseStage):
         plan = ctx.topic_configs
         msg = ctx.decode_response(body)
         if isinstance(plan, DescribeAdditions):
-            return _described(msg, plan)
+            return described(body, ctx.api_version, msg, plan)
         assert isinstance(plan, AlterPlan)
         broker = [(r.resource_type, r.resource_name, r.error_code, r.error_message) for r in msg.responses]
         merged = merge_answers(plan, broker)
         self._after_broker(ctx, plan, merged)
-        return _alter_response(ctx.api_version, msg.throttle_time_ms, merged)
+        return merged_response(body, ctx.api_version, broker, merged)
 
     def _after_broker(self, ctx: RequestContext, plan: AlterPlan,
                       merged: list[tuple[int, str, int, str | None]]) -> None:
@@ -246,22 +249,55 @@ class TopicConfigsAnswer(ResponseStage):
             audit.api_alter(conn.principal, conn.peer, before, entry, results, plan.validate_only)
 
 
-def _described(msg: Any, plan: DescribeAdditions) -> bytes | None:
+def merged_response(body: memoryview, version: int, broker: list[tuple[int, str, int, str | None]],
+                     merged: list[tuple[int, str, int, str | None]]) -> bytes:
+    """The broker's response with the merged results in place of its own. A broker result that
+    merge_answers passed on as it was (the very tuple) keeps the broker's bytes, tagged fields and
+    all; the proxy's are written new. Every other byte is the broker's."""
+    top = response_walker(INCREMENTAL_ALTER_CONFIGS, version)
+    at = top.walk(body, 0)
+    raw = {id(result): body[element.start : element.end]
+           for result, element in zip(broker, top.elements(body, at, RESULTS), strict=True)}
+    cls: Any = IncrementalAlterConfigsResponse.AlterConfigsResourceResponse
+    items: list[bytes | memoryview] = []
+    for result in merged:
+        kept = raw.get(id(result))
+        if kept is not None:
+            items.append(kept)
+            continue
+        kind, name, code, message = result
+        items.append(encode_element(cls(error_code=code, error_message=message, resource_type=kind,
+                                        resource_name=name), version, top.flexible))
+    start, end = at.span(RESULTS)
+    array = encode_length(len(items), top.compact(RESULTS)) + b"".join(items)
+    return spliced(body, [(start, end, array)]).join()
+
+
+def described(body: memoryview, version: int, msg: Any, plan: DescribeAdditions) -> bytes | None:
+    """The broker's response with each described topic's quota entries in place of any it had of
+    those names: only those topics' config arrays change, the broker's entries kept as its bytes."""
     result_cls: Any = DescribeConfigsResponse.DescribeConfigsResult
     entry = result_cls.DescribeConfigsResourceResult
-    changed = False
-    for result in msg.results:
+    top = response_walker(DESCRIBE_CONFIGS, version)
+    at = top.walk(body, 0)
+    layout = top.items("Results")
+    edits: list[Edit] = []
+    for result, element in zip(msg.results, top.elements(body, at, "Results"), strict=True):
         found = plan.entries.get(result.resource_name)
         if result.resource_type != TOPIC_RESOURCE or result.error_code or found is None:
             continue
         names = {name for name, _ in found}
-        configs = [c for c in result.configs or [] if c.name not in names]
+        configs: list[bytes | memoryview] = [
+            body[config.start : config.end]
+            for c, config in zip(result.configs or [], layout.elements(body, element, "Configs"), strict=True)
+            if c.name not in names]
         for name, value in found:
             synonyms = [entry.DescribeConfigsSynonym(name=name, value=value, source=DYNAMIC_TOPIC_CONFIG)]
-            configs.append(entry(
+            configs.append(encode_element(entry(
                 name=name, value=value, read_only=False, is_default=False, is_sensitive=False,
                 config_source=DYNAMIC_TOPIC_CONFIG, synonyms=synonyms if plan.synonyms else [],
-                config_type=LONG, documentation=DOCUMENTATION[name] if plan.documentation else None))
-        result.configs = configs
-        changed = True
-    return encode_body(msg) if changed else None
+                config_type=LONG, documentation=DOCUMENTATION[name] if plan.documentation else None),
+                version, top.flexible))
+        start, end = element.span("Configs")
+        edits.append((start, end, encode_length(len(configs), layout.compact("Configs")) + b"".join(configs)))
+    return spliced(body, edits).join() if edits else None

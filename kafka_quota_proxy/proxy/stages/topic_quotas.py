@@ -20,14 +20,17 @@ the client fetching the same refused records again at once.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kafka.protocol.producer.produce import ProduceResponse
 
 from kafka_quota_proxy.protocol.api_keys import FETCH, PRODUCE
 from kafka_quota_proxy.protocol.error_codes import NOT_ENOUGH_REPLICAS, THROTTLING_QUOTA_EXCEEDED
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
-from kafka_quota_proxy.protocol.messages import encode_body
-from kafka_quota_proxy.protocol.pieces import Pieces
+from kafka_quota_proxy.protocol.messages import encode_element
+from kafka_quota_proxy.protocol.pieces import Pieces, spliced
+from kafka_quota_proxy.protocol.primitives import encode_length, read_length
 from kafka_quota_proxy.protocol.produce import batch_sequence, refusal
 from kafka_quota_proxy.protocol.topic_bytes import (
     fetch_emptied,
@@ -35,6 +38,7 @@ from kafka_quota_proxy.protocol.topic_bytes import (
     produce_layout,
     produce_without,
 )
+from kafka_quota_proxy.protocol.walk import response_walker
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
@@ -46,6 +50,7 @@ TOPIC_REFUSALS = {"not_enough_replicas": NOT_ENOUGH_REPLICAS,
                   "throttling_quota_exceeded": THROTTLING_QUOTA_EXCEEDED}
 PRODUCE_TYPE, FETCH_TYPE = "topic_produce", "topic_fetch"  # the throttle metrics' quota_type
 # Whatever the code says, the message (Produce v8+) tells the truth.
+RESPONSES = "Responses"  # a Produce response's per-topic results
 REFUSED_MESSAGE = "The topic's producer_byte_rate quota at the proxy is exceeded; retry later"
 
 
@@ -196,21 +201,33 @@ class TopicProduceRefusals(ResponseStage):
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
         assert ctx.refused_topics is not None
-        msg = ctx.decode_response(body)
         version = ctx.broker_version
         topic = ProduceResponse.TopicProduceResponse
         part = topic.PartitionProduceResponse
         message = REFUSED_MESSAGE
         code = refusal_code(self.engine)
-        for key, partitions in ctx.refused_topics:
-            msg.responses.append(topic(
-                name=key if isinstance(key, str) else None,
-                topic_id=key if isinstance(key, bytes) and version >= 13 else None,
-                partition_responses=[part(index=p, error_code=code, base_offset=-1,
-                                          log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
-                                          error_message=message, current_leader=None)
-                                     for p in partitions]))
-        return encode_body(msg)
+        added = [topic(
+            name=key if isinstance(key, str) else None,
+            topic_id=key if isinstance(key, bytes) and version >= 13 else None,
+            partition_responses=[part(index=p, error_code=code, base_offset=-1,
+                                      log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                                      error_message=message, current_leader=None)
+                                 for p in partitions])
+            for key, partitions in ctx.refused_topics]
+        return appended(body, ctx.api_version, added)
+
+
+def appended(body: memoryview, version: int, topics: list[Any]) -> Pieces:
+    """A Produce response with `topics` added at the end of its responses. Only the array's count
+    changes; the broker's bytes around it (tagged fields included) are kept, and not copied."""
+    top = response_walker(PRODUCE, version)
+    at = top.walk(body, 0)
+    start, end = at.span(RESPONSES)
+    compact = top.compact(RESPONSES)
+    count, first = read_length(body, start, compact)
+    added = b"".join(encode_element(t, version, top.flexible) for t in topics)
+    return spliced(body, [(start, first, encode_length(max(count, 0) + len(topics), compact)),
+                          (end, end, added)])
 
 
 class TopicFetchSettle(ResponseStage):
