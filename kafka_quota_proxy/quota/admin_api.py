@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
@@ -160,6 +160,33 @@ def entity_sort_key(entity: QuotaEntity) -> tuple[tuple[int, str], ...]:
                  for name in entity.names())
 
 
+def _java_string_hash(text: str) -> int:
+    """java.lang.String.hashCode, as an unsigned 32-bit number."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i:i + 2], "big")) & 0xFFFFFFFF
+    return h
+
+
+def java_hash_order(keys: Iterable[str]) -> list[str]:
+    """`keys` in the order Kafka's tools print an entity's quota values when its keys were set
+    together: a java.util.HashMap iterates by bucket (the spread hash masked by its table size),
+    and keys that share a bucket come in the order they were put in. On a Kafka broker, the
+    entity's values map (ClientQuotaDelta.apply) is filled from a changes map of 16 buckets, and
+    the client reads the response into a HashMap sized for the same count, whose table is as
+    large: so by bucket at that table size, then by bucket among 16."""
+    def spread(key: str) -> int:
+        h = _java_string_hash(key)
+        return h ^ (h >> 16)
+
+    ordered = list(keys)
+    size = 2  # the smallest table a HashMap holding `count` entries grows to (load factor 0.75)
+    while len(ordered) > size * 3 // 4:
+        size *= 2
+    return sorted(ordered, key=lambda key: (spread(key) & (size - 1), spread(key) & 15, key))
+
+
 def _is_ip_literal(name: str) -> bool:
     try:
         ipaddress.ip_address(name)
@@ -198,7 +225,8 @@ def describe_client_quotas(
         if all(entity_type in wire and (match is _ANY or wire[entity_type] == match)
                for entity_type, match in filters.items()):
             entries.append((entity_to_wire(entity),
-                            {key.value: float(values[key]) for key in QuotaKey if key in values}))
+                            {key: float(values[QuotaKey(key)])
+                             for key in java_hash_order(key.value for key in values)}))
     return DescribeResult(NONE, None, entries)
 
 

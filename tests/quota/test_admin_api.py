@@ -17,6 +17,7 @@ from kafka_quota_proxy.quota.admin_api import (
     describe_client_quotas,
     entity_from_wire,
     entity_to_wire,
+    java_hash_order,
 )
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 
@@ -403,9 +404,27 @@ def test_describe_values_and_order_are_deterministic() -> None:
         ([("user", "a"), ("client-id", "c")], {MUTATION: 2.5}),
         ([("user", "b")], {PRODUCER: 100.0, REQUEST: 5.0}),
     ]
-    assert list(result.entries[4][1]) == [PRODUCER, REQUEST]
+    # Values in the order Kafka's tools print them (java_hash_order), not QuotaKey's.
+    assert list(result.entries[4][1]) == [REQUEST, PRODUCER]
     # Same answer whatever the mapping's insertion order.
     assert describe_client_quotas(dict(reversed(quotas.items())), [], strict=False) == result
+
+
+def test_values_come_in_the_order_kafka_configs_prints_them_from_kafka() -> None:
+    """What kafka-configs.sh printed against Kafka 4.4 for keys set in one --add-config
+    (tests/integration/test_kafka_configs_tool.py compares it with the proxy's answer)."""
+    assert java_hash_order([PRODUCER, REQUEST]) == [REQUEST, PRODUCER]  # one bucket of 4: 7 < 11 of 16
+    assert java_hash_order([PRODUCER, CONSUMER]) == [CONSUMER, PRODUCER]
+    assert java_hash_order([REQUEST, MUTATION]) == [MUTATION, REQUEST]
+    assert java_hash_order([PRODUCER]) == [PRODUCER]
+    # six keys: a table of 8 buckets
+    assert java_hash_order([k.value for k in QuotaKey]) == [
+        "connection_creation_rate", "producer_ids_rate", "producer_byte_rate", "consumer_byte_rate",
+        "controller_mutation_rate", "request_percentage"]
+    quotas: Quotas = {QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_BYTE_RATE: 4194304.0,
+                                                  QuotaKey.REQUEST_PERCENTAGE: 50.0}}
+    entries = describe_client_quotas(quotas, [("user", 1, None)], strict=True).entries
+    assert entries is not None and list(entries[0][1]) == [REQUEST, PRODUCER]
 
 
 def test_describe_exact_literal_default_does_not_match_the_default() -> None:
