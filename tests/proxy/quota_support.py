@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from kafka.protocol.admin.client_quotas import AlterClientQuotasRequest, DescribeClientQuotasRequest
@@ -177,20 +178,18 @@ def _node_endpoints(cls: Any, nodes: list[tuple[int, str, int]] | None) -> list[
 def records_for_share_fetch_size(version: int, size: int) -> bytes:
     """Records that make the ShareFetch response's quota size (body + 4, Kafka's
     ShareFetchResponse.sizeOf) exactly `size`."""
-    n = 0
-    while True:
-        got = len(share_fetch_response(version, 0, b"r" * n)) + 4
-        if got == size:
-            return b"r" * n
-        assert got < size, f"cannot hit {size} exactly"
-        n += max(1, size - got - 4)
+    return _records_for_size(lambda records: share_fetch_response(version, 0, records), size)
 
 
 def records_for_fetch_size(version: int, size: int) -> bytes:
     """Records that make the Fetch response's quota size (body + 4, Kafka's sizeOf) exactly `size`."""
+    return _records_for_size(lambda records: fetch_response(version, 0, records), size)
+
+
+def _records_for_size(response: Callable[[bytes], bytes], size: int) -> bytes:
     n = 0
     while True:
-        got = len(fetch_response(version, 0, b"r" * n)) + 4
+        got = len(response(b"r" * n)) + 4
         if got == size:
             return b"r" * n
         assert got < size, f"cannot hit {size} exactly"
