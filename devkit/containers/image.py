@@ -296,6 +296,7 @@ def sidecar_run(summary: Summary, workdir: Path, quota_seconds: float) -> None:
         topics = {"roundtrip": f"rt-{os.getpid()}", "quota": f"q-{os.getpid()}"}
         for name in topics.values():
             admin.create_topics([NewTopic(name, 1, 1)])[name].result(30)
+        del admin  # closed now: it would otherwise retry the stopped proxy, loudly
         summary.run("produce and consume through the image",
                     lambda: round_trip(bootstrap, topics["roundtrip"]))
         summary.run("quota held", lambda: quota_held(bootstrap, topics["quota"], quota_seconds))
