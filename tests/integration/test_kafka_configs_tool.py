@@ -272,7 +272,15 @@ def test_kafka_configs_over_scram_as_on_kafka(kafka: KafkaBroker, sasl_proxy: Pr
     for args, (direct, proxied) in zip(steps, runs, strict=True):
         assert proxied == direct, f"{' '.join(args)}:\nKafka: {direct}\nproxy: {proxied}"
     completed = [f"Completed updating config for user {ADMIN[0]}."]
-    assert [direct.out for direct, _ in runs] == [
+
+    def scram_sorted(lines: list[str]) -> list[str]:
+        # Kafka lists a user's SCRAM mechanisms in either order from one run to the next (CI on
+        # c7a4e86 saw SHA-512 first); the proxy passes that API through, so it is Kafka's order.
+        head = "SCRAM credential configs for user-principal"
+        return [line.split(" are ")[0] + " are " + ", ".join(sorted(line.split(" are ")[1].split(", ")))
+                if line.startswith(head) else line for line in lines]
+
+    assert [scram_sorted(direct.out) for direct, _ in runs] == [
         completed,
         [f"Quota configs for user-principal '{ADMIN[0]}' are consumer_byte_rate=2097152.0, "
          "producer_byte_rate=1048576.0", scram],
