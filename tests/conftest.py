@@ -33,6 +33,7 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 # a real Tansu broker (`proxy` and `broker_node_id` need it), a real Kafka 4 broker (devkit.kafka)
 INTEGRATION_FIXTURES = {"broker", "kafka_broker"}
+KAFKA_FIXTURES = {"kafka_broker"}  # Apache Kafka's JVM (the modules that start their own say so)
 SPARK_FIXTURES = {"spark"}  # a local Spark session (`analyzed` needs it)
 # A Cluster takes 2 s to form (a master waits that long before it says cluster_state:ok); a
 # standalone Valkey starts in about 50 ms and needs no mark.
@@ -45,6 +46,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         folder = item.path.relative_to(item.config.rootpath).parts[:2]
         if folder == ("tests", "integration") or fixtures & INTEGRATION_FIXTURES:
             item.add_marker(pytest.mark.integration)
+        if fixtures & KAFKA_FIXTURES:
+            item.add_marker(pytest.mark.kafka)
         if fixtures & SPARK_FIXTURES:
             item.add_marker(pytest.mark.spark)
             # A hang guard, not a speed test: the first test pays for the Spark session and one

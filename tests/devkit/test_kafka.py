@@ -216,12 +216,14 @@ def scram_broker() -> Iterator[KafkaBroker]:
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 def test_produce_and_consume(kafka_broker: KafkaBroker, topic_name: str) -> None:
     _produce(kafka_broker.bootstrap, topic_name, 10)
     assert _consume(kafka_broker.bootstrap, topic_name, 10) == [f"m{i}".encode() for i in range(10)]
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 def test_run_tool_runs_kafkas_own_tools(kafka_broker: KafkaBroker, topic_name: str) -> None:
     created = kafka.run_tool("TopicCommand", "--bootstrap-server", kafka_broker.bootstrap, "--create",
                              "--topic", topic_name, "--partitions", "3")
@@ -231,6 +233,7 @@ def test_run_tool_runs_kafkas_own_tools(kafka_broker: KafkaBroker, topic_name: s
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 @pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_the_sasl_listener_takes_a_scram_user(scram_broker: KafkaBroker, mechanism: str) -> None:
     assert _brokers(scram_broker.sasl_address, **{
@@ -239,6 +242,7 @@ def test_the_sasl_listener_takes_a_scram_user(scram_broker: KafkaBroker, mechani
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 def test_the_sasl_listener_refuses_a_wrong_password(scram_broker: KafkaBroker) -> None:
     errors: list[Exception] = []
     admin = AdminClient({"bootstrap.servers": scram_broker.sasl_address,
@@ -259,6 +263,7 @@ class _Quiet:
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 def test_a_restart_after_kill_keeps_the_data(scram_broker: KafkaBroker, topic_name: str) -> None:
     _produce(scram_broker.bootstrap, topic_name, 5)
     scram_broker.kill()
@@ -268,6 +273,7 @@ def test_a_restart_after_kill_keeps_the_data(scram_broker: KafkaBroker, topic_na
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 def test_three_brokers_and_one_controller(tmp_path: Path) -> None:
     cluster = KafkaCluster(brokers=3, directory=tmp_path).start()
     try:
@@ -284,6 +290,7 @@ def test_three_brokers_and_one_controller(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.kafka
 def test_serve_runs_kafka_in_the_foreground_from_the_file_alone(tmp_path: Path) -> None:
     """As an image runs it: kafka.py copied alone, no project on the path (-I), the jars given."""
     lib = kafka.resolve_jars()

@@ -22,7 +22,8 @@ def number(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-@pytest.mark.parametrize("broker", ["tansu", "kafka"])  # make demo, make demo BROKER=kafka
+@pytest.mark.parametrize("broker", ["tansu", pytest.param("kafka", marks=pytest.mark.kafka)])
+# make demo, make demo BROKER=kafka
 def test_demo_runs_throttles_and_cleans_up(broker: str) -> None:
     result = subprocess.run([sys.executable, "-m", "devkit.demo", "--seconds", "20", "--broker", broker],
                             cwd=REPO, capture_output=True, text=True, timeout=180)

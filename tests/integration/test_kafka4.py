@@ -24,7 +24,7 @@ from devkit.producing import Timeline, produce
 from kafka_quota_proxy.protocol.api_keys import REFUSED, SHARE_ACKNOWLEDGE, SHARE_FETCH, SHARE_GROUP_HEARTBEAT
 from kafka_quota_proxy.protocol.apis import codec, kafka_python_keys
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 LEADER_AND_ISR = 4  # an inter-broker API, in neither codec
 QUOTA = 262_144  # producer_byte_rate of client-id "held", bytes/s

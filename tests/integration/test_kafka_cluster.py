@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from devkit.kafka import KafkaCluster, run_tool
 from devkit.processes import ProxyProcess, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 PARTITIONS = 6
 TOPIC_QUOTA = 64 * 1024 * 1024  # bytes/s: never reached here; its split per broker is the point

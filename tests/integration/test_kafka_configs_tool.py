@@ -28,7 +28,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from devkit.kafka import KafkaBroker, run_tool
 from devkit.processes import ProxyProcess, free_port
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 ADMIN, TENANT = ("admin", "admin-Secret-1"), ("tenant", "tenant-Secret-2")
 SERVICE = ("kqp-svc", "svc-Secret-3")  # the proxy's own metadata refresh

@@ -16,7 +16,7 @@ from devkit.kafka import KafkaBroker, run_tool
 from devkit.processes import ProxyProcess, free_port
 from devkit.producing import Timeline, produce
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 QUOTA = 262_144  # bytes/s
 SECONDS = 24.0

@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from devkit.kafka import KafkaBroker, run_tool
 from devkit.processes import ProxyProcess
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kafka]
 
 QUOTA = 262_144  # consumer_byte_rate of client-id "share-held", bytes/s
 RECORD_SIZE = 1000
