@@ -55,7 +55,7 @@ from devkit.containers.podman import (
     podman,
     remove,
 )
-from devkit.processes import LOOPBACK
+from devkit.processes import LOOPBACK, wait_for_port
 from devkit.producing import Timeline, produce
 from devkit.tansu import Broker
 from devkit.valkey import ValkeyServer
@@ -147,16 +147,6 @@ def sidecar_config(broker: Broker, node_id: int, valkey: ValkeyServer) -> dict[s
     config["node_ports"] = {node_id: config["node_port_base"]}
     config["quotas"] = [{"client-id": "my-app", "producer_byte_rate": QUOTA}]
     return config
-
-
-def wait_listening(port: int, timeout: float, started: float) -> float:
-    while time.monotonic() - started < timeout:
-        try:
-            with socket.create_connection((LOOPBACK, port), timeout=0.2):
-                return time.monotonic() - started
-        except OSError:
-            time.sleep(0.01)
-    raise ContainerError(f"nothing listened on {port} within {timeout:.0f} s")
 
 
 def metric(port: int, path: str, name: str) -> float:
@@ -253,10 +243,11 @@ def sidecar_run(summary: Summary, workdir: Path, quota_seconds: float) -> None:
                "-v", f"{config_dir}:{config_mount['mountPath']}:ro", "-e", f"{password_env}={password}",
                IMAGE, *container["args"])
         listen_port = int(config["listen"].rsplit(":", 1)[1])
-        startup = wait_listening(listen_port, 60, started)
+        wait_for_port(listen_port, 60)
+        startup = time.monotonic() - started
         summary.figures.append(f"startup, podman run to the first listening port: {startup:.2f} s")
         node_port = config["node_port_base"]
-        wait_listening(node_port, 30, time.monotonic())
+        wait_for_port(node_port, 30)
         pid = inspect(NAME)["State"]["Pid"]
 
         def user() -> str:
