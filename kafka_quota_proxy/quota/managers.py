@@ -140,6 +140,18 @@ class ClientQuotaManager(_ResolvedQuota):
                 return decided
         return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
 
+    def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float) -> int:
+        """How long to hold a client that was just delivered `size` bytes over its quota (a
+        ShareFetch the proxy delivers, `Rate.pace_ms`): its deliveries while over the quota are
+        spaced at the quota, whatever the window's bursts. 0 where no quota applies."""
+        res = self.resolver.resolve_if_enabled(user, client_id)
+        if res is None or res.quota is None or res.quota <= 0:
+            return 0
+        stat = self.sensors.get(res.sensor_key, now_ms)
+        if stat is None:
+            return 0
+        return _clamp_throttle(math.ceil(cast(Rate, stat).pace_ms(size, res.quota, now_ms)))
+
     def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: float) -> None:
         """Record without checking the quota: it weighs on the next requests only (recordNoThrottle)."""
         if not self.resolver.quotas_enabled:

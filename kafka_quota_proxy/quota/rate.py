@@ -48,7 +48,7 @@ class Rate:
 
     __slots__ = ("config", "_slots", "_window", "_expire_age", "_min_full", "_current",
                  "_starts", "_lasts", "_values", "_purge_due", "_oldest", "_total", "_exact",
-                 "_min_window_s")
+                 "_min_window_s", "_paced_until")
 
     def __init__(self, config: MetricConfig) -> None:
         self.config = config
@@ -77,6 +77,8 @@ class Rate:
         # The shortest window `measure` divides by while the clock is not behind the oldest
         # sample, (N-1) * W, in seconds, less a millionth for rounding (see `surely_within`).
         self._min_window_s = self._min_full * self._window / 1000.0 * (1 - 1e-6)
+        # Where `pace_ms` has spaced this sensor's deliveries out to (see there).
+        self._paced_until = -float("inf")
 
     def _new_sample(self, now_ms: float) -> None:
         self._starts.append(now_ms)
@@ -187,6 +189,25 @@ class Rate:
         refuses it and throttles by that rate, (measured, None). A rate shared with other replicas
         may decide otherwise (`SharedRate.judge_fetch`)."""
         return measured, None
+
+    def quota_share(self) -> float:
+        """The part of the quota this stat's own bytes may pace at: all of it here. A rate shared
+        with other replicas paces at its part of the fleet's bytes (`SharedRate.quota_share`)."""
+        return 1.0
+
+    def pace_ms(self, size: float, bound: float, now_ms: float) -> float:
+        """How long to hold the client after delivering `size` bytes over the quota `bound`, so
+        that what it is delivered while over comes no faster than the quota: each delivery is
+        spaced `size / bound` after the previous one, for all of this sensor's connections
+        together. Not Kafka's: a broker never delivers a fetch over quota (see `quota.
+        share_fetch_throttle` in docs/quotas.md for why the proxy delivers a ShareFetch's). A
+        delivery up to one sample window (W) after its paced time is spaced from that time, not
+        from `now_ms`, so that the client's own round trips do not slow it below the quota (from
+        now, a consumer paced at 256 KiB/s read 0.95 of it); later than that, the pace restarts."""
+        paced = self._paced_until
+        start = paced if now_ms - paced < self._window else now_ms
+        self._paced_until = start + size * 1000.0 / (bound * self.quota_share())
+        return self._paced_until - now_ms
 
     def measure(self, now_ms: float) -> float:
         """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""

@@ -294,6 +294,17 @@ class SharedRate(AlignedCounts, Rate):
             return known, 0
         return known, home.until_next_read_ms(now_ms)
 
+    def quota_share(self) -> float:
+        """This replica's part of the fleet's bytes lately (`part`), or an even part of the live
+        replicas' before the first read, or the degraded share: paced at that part of the quota,
+        replicas pacing the same client at once add up to the quota, not N times it."""
+        degraded = self.degraded
+        if degraded is not None:
+            return degraded.share
+        if self.part > 0:
+            return self.part
+        return 1.0 / max(1, self.home.live_replicas)
+
     def measure(self, now_ms: float) -> float:
         own = Rate.measure(self, now_ms)
         degraded = self.degraded

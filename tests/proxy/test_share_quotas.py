@@ -48,28 +48,60 @@ def partitions(response: Any) -> list[int]:
 @pytest.mark.parametrize("version", [1, 2])
 def test_share_fetch_over_quota_is_delivered_charged_and_muted_by_default(version: int) -> None:
     """Not Kafka's empty answer: its records are the consumer's now (the broker acquired them for
-    it), so they are delivered, stay charged, and the connection is muted for the throttle."""
+    it), so they are delivered, stay charged, and the connection is muted for the time their
+    bytes take at the quota (`Rate.pace_ms`): 2000 B at 100,000 B/s, 20 ms, where Kafka's
+    throttle would be 10 ms."""
+    script = Script()
+
+    async def scenario() -> None:
+        quotas = [{"client-id": "c", "consumer_byte_rate": 100_000}]
+        async with running(script, quotas=quotas) as h:
+            freeze(h)
+            c = await connect(h)
+            q = h.proxy.engine.scope(scope(h))
+            script.share_records = records_for_share_fetch_size(version, 999_000)
+            assert (await c.call(share_fetch(version))).throttle_time_ms == 0  # 99,900 B/s
+            script.share_records = records_for_share_fetch_size(version, 2_000)
+            started = asyncio.get_running_loop().time()
+            second = await c.call(share_fetch(version))
+            assert kafka_throttle((999_000 + 2_000) / 10, 100_000) == 10
+            assert second.throttle_time_ms == 2_000 * 1000 // 100_000 == 20
+            assert partitions(second) == [len(script.share_records)]  # the records, unchanged
+            assert second.acquisition_lock_timeout_ms == LOCK_MS
+            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 100_100  # delivered: charged
+            assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
+                          user="ANONYMOUS", client_id="c") == 1
+            corr = await c.send(list_groups())  # muted for the 20 ms (KIP-219)
+            assert (await arrival(h, script, corr)) - started >= 0.020 - 0.001
+            await c.recv(list_groups())
+            c.close()
+    run(scenario())
+
+
+def test_share_fetches_delivered_over_quota_are_spaced_at_the_quota() -> None:
+    """Each ShareFetch delivered over the quota is held for its bytes at the quota after the
+    last one's paced time (not Kafka's throttle, which grows with the window and then lets a
+    window's worth through at once), and the pace restarts once the client has been back under
+    its quota for more than a sample window. A fake clock: the throttles are exact."""
     script = Script()
 
     async def scenario() -> None:
         async with running(script, quotas=FETCH_QUOTA) as h:
-            freeze(h)
+            now = freeze(h)
             c = await connect(h)
-            q = h.proxy.engine.scope(scope(h))
-            script.share_records = records_for_share_fetch_size(version, 500)
-            assert (await c.call(share_fetch(version))).throttle_time_ms == 0
-            script.share_records = records_for_share_fetch_size(version, 505)
-            started = asyncio.get_running_loop().time()
-            second = await c.call(share_fetch(version))
-            assert second.throttle_time_ms == kafka_throttle((500 + 505) / 10, 100) == 50
-            assert partitions(second) == [len(script.share_records)]  # the records, unchanged
-            assert second.acquisition_lock_timeout_ms == LOCK_MS
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 100.5  # delivered: charged
-            assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
-                          user="ANONYMOUS", client_id="c") == 1
-            corr = await c.send(list_groups())  # muted for the 50 ms (KIP-219)
-            assert (await arrival(h, script, corr)) - started >= 0.050 - 0.001
-            await c.recv(list_groups())
+            script.share_records = records_for_share_fetch_size(1, 1000)
+            assert (await c.call(share_fetch(1))).throttle_time_ms == 0  # 1000 B / 10 s = 100
+            script.share_records = records_for_share_fetch_size(1, 200)
+            # Over: 1200 B over 10 s. Kafka's throttle would be 2000 ms; the pace is 200 B at 100 B/s.
+            assert kafka_throttle(1200 / 10, 100) == 2000
+            assert (await c.call(share_fetch(1))).throttle_time_ms == 2000
+            now[0] += 500  # back early (its mute is not on the fake clock): spaced after the last
+            assert (await c.call(share_fetch(1))).throttle_time_ms == 2000 - 500 + 2000
+            now[0] += 3500 + 900  # 900 ms after its paced time: still spaced from it
+            assert (await c.call(share_fetch(1))).throttle_time_ms == 2000 - 900
+            now[0] += 1100 + 1000  # a whole window after its paced time: the pace starts anew
+            assert kafka_throttle(1800 / 10, 100) > 0  # 7 s in: still over Kafka's 10 s window
+            assert (await c.call(share_fetch(1))).throttle_time_ms == 2000
             c.close()
     run(scenario())
 

@@ -544,3 +544,15 @@ def test_a_kept_handle_is_dropped_when_its_sensor_is_gone() -> None:
     second = handles[m]
     assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 500, 2000, handles) == 0
     assert handles[m] is not second and m.measure("ANONYMOUS", "app", 2000) == 50.0
+
+
+def test_pace_is_for_the_clients_own_quota_and_zero_without_one() -> None:
+    store = QuotaStore({E(client_id="c"): {F: 1000.0}})
+    m = ClientQuotaManager(F, store, CONFIG, LocalSensors(CONFIG))
+    assert m.pace_ms("u", "c", 500, 0) == 0  # nothing recorded yet: no sensor to pace on
+    assert m.record_and_get_throttle_ms("u", "c", 20_000, 0) > 0
+    assert m.pace_ms("u", "c", 500, 0) == 500
+    assert m.pace_ms("u", "c", 500, 100) == 900
+    m.record_and_get_throttle_ms("u", "other", 20_000, 0)
+    assert m.pace_ms("u", "other", 500, 100) == 0  # no quota applies to it
+    assert ClientQuotaManager(F, QuotaStore(), CONFIG, LocalSensors(CONFIG)).pace_ms("u", "c", 500, 0) == 0

@@ -609,3 +609,22 @@ def test_the_engine_shares_topic_quotas_in_scopes_broker_and_cluster_not_proxy(s
             sums.sync(engine.shared, f"r{i}", 5_000.0)
     seen = [e.scope(broker).topic_produce.measure("hot", 5_000.0) for e in engines]
     assert seen == ([1_000.1, 1_000.1] if shared else [1_000.0, 0.1])
+
+
+def test_replicas_pace_a_delivery_over_quota_at_their_part_of_it() -> None:
+    """`pace_ms` spaces a replica's deliveries at its part of the quota (its part of the fleet's
+    bytes lately), so that replicas pacing the same client add up to the quota, not N times it;
+    before its first read, an even part of the live replicas'; degraded, its degraded share."""
+    fleet = _run_replicas([750.0, 250.0], seconds=30)
+    hot, cold = fleet[0].rate(KEY), fleet[1].rate(KEY)
+    assert hot.quota_share() == pytest.approx(0.75, abs=0.01)
+    assert cold.quota_share() == pytest.approx(0.25, abs=0.01)
+    now = 30_000.0
+    assert hot.pace_ms(300, 1000.0, now) == pytest.approx(300 / (1000.0 * hot.quota_share()) * 1000)
+    assert cold.pace_ms(100, 1000.0, now) == pytest.approx(100 / (1000.0 * cold.quota_share()) * 1000)
+    fresh = SharedQuotas(CONFIG, clock=StoreClock())
+    fresh.live_replicas = 4
+    assert fresh.rate(KEY).quota_share() == 0.25
+    fleet[0].live_replicas = 2
+    fleet[0].degrade(now, "closed")
+    assert hot.quota_share() == 0.5

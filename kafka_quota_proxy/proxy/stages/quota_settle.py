@@ -5,7 +5,9 @@ A ShareFetch is charged as Kafka 4.4 charges it (KafkaApis.processShareFetchResp
 docs/quotas.md, "Share groups"): once its records are in hand, the request quota first, then the
 consumer byte-rate quota with the response's size. Over either, by default (`quota.
 share_fetch_throttle: deliver`) the client gets its records with the throttle and the connection
-is muted for it, the bytes staying charged, as for a Produce. Kafka instead takes the bytes back
+is muted for it, the bytes staying charged, as for a Produce; over the byte rate, the throttle is
+the time the response's bytes take at the quota, each such delivery spaced after the last
+(`Rate.pace_ms`), rather than Kafka's. Kafka instead takes the bytes back
 and answers empty (`empty`): the records the broker acquired for that fetch stay locked until
 their lock times out, and a share consumer under a quota stalls (measured on Kafka 4.4 itself:
 0.27 of its quota, then the client gave up).
@@ -73,9 +75,14 @@ class QuotaSettle(ResponseStage):
             fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now,
                                                                 ctx.conn.charge_handles)
             if fetch_throttle > 0 or request_throttle > 0:
+                deliver = key != FETCH and engine.settings.share_fetch_throttle == "deliver"
+                if deliver and fetch_throttle > 0:
+                    # Delivered over the quota: held for its bytes at the quota, not Kafka's
+                    # throttle, which lets the consumer through in window-sized bursts.
+                    fetch_throttle = q.fetch.pace_ms(user, client_id, size, now)
                 throttle(engine, ctx, "fetch", fetch_throttle, now)
                 throttle(engine, ctx, "request", request_throttle, now)
-                if key != FETCH and engine.settings.share_fetch_throttle == "deliver":
+                if deliver:
                     return None  # delivered, charged, and muted for the throttle (above)
                 if engine.enforcing:
                     # Kafka un-records the bytes and sends an empty response in their place,
