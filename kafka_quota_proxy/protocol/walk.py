@@ -248,6 +248,12 @@ def walker(message: str, version: int, flexible: bool) -> Walker:
     return Walker(message, version, flexible)
 
 
+def request_walker(api_key: int, version: int) -> Walker:
+    """The walker of an API's request at a version."""
+    spec = codec()[api_key]
+    return walker(spec.request.name, version, spec.is_flexible(version))
+
+
 def response_walker(api_key: int, version: int) -> Walker:
     """The walker of an API's response at a version."""
     spec = codec()[api_key]

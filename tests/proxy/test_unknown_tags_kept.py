@@ -1,7 +1,8 @@
-"""The response stages that change a broker's answer (topic configs, refused Produce topics) keep
-every byte they do not change: for responses drawn from a schema with tagged fields the proxy
-does not know, in every struct, the output is what kafka-python writes for the same message with
-the stage's change made to it, so each unknown tag is where the broker put it."""
+"""The stages that change a broker's answer (topic configs, refused Produce topics) or a client's
+request (an IncrementalAlterConfigs with topic quota ops taken out) keep every byte they do not
+change: for messages drawn from a schema with tagged fields the proxy does not know, in every
+struct, the output is what kafka-python writes for the same message with the stage's change made
+to it, so each unknown tag is where the broker or the client put it."""
 
 from __future__ import annotations
 
@@ -9,12 +10,16 @@ from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
-from kafka.protocol.admin.configs import DescribeConfigsResponse, IncrementalAlterConfigsResponse
+from kafka.protocol.admin.configs import (
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+)
 from kafka.protocol.producer.produce import ProduceResponse
 
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.pieces import Pieces
-from kafka_quota_proxy.proxy.stages.topic_configs import described, merged_response
+from kafka_quota_proxy.proxy.stages.topic_configs import described, merged_response, trimmed_request
 from kafka_quota_proxy.proxy.stages.topic_quotas import appended
 from kafka_quota_proxy.quota.topic_configs import DOCUMENTATION, DYNAMIC_TOPIC_CONFIG, LONG, DescribeAdditions
 from tests.support.future import encode_future, future
@@ -78,6 +83,27 @@ def test_incremental_alter_configs_keeps_unknown_tags(case: tuple[int, Any], dat
     msg.responses = [by_identity[id(m)] if id(m) in by_identity else
                      cls(resource_type=m[0], resource_name=m[1], error_code=m[2], error_message=m[3])
                      for m in merged]
+    assert out == encode_future(msg, version)
+
+
+@given(drawn(IncrementalAlterConfigsRequest, range(codec()[44].max_version + 1)), st.data())
+def test_a_trimmed_incremental_alter_configs_request_keeps_unknown_tags(case: tuple[int, Any],
+                                                                        data: st.DataObject) -> None:
+    version, msg = case
+    resources = list(msg.resources or ())
+    for r in resources:  # some configs are quota keys, which the proxy takes out
+        for c in r.configs or ():
+            if data.draw(st.booleans()):
+                c.name = data.draw(st.sampled_from([P, C]))
+    body = encode_future(msg, version)
+    wire = IncrementalAlterConfigsRequest.decode(body, version=version).resources
+    forwarded = sorted(data.draw(st.sets(st.sampled_from(range(len(resources))))) if resources else set())
+    trimmed = {i for i in forwarded if resources[i].configs is not None and data.draw(st.booleans())}
+    out = trimmed_request(memoryview(body), version, wire, forwarded, trimmed)
+
+    for i in trimmed:
+        resources[i].configs = [c for c in resources[i].configs if c.name not in (P, C)]
+    msg.resources = [resources[i] for i in forwarded]
     assert out == encode_future(msg, version)
 
 

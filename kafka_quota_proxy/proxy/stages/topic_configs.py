@@ -20,7 +20,6 @@ from typing import Any
 
 from kafka.protocol.admin.configs import (
     DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
 
@@ -29,7 +28,7 @@ from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED,
 from kafka_quota_proxy.protocol.messages import encode_element
 from kafka_quota_proxy.protocol.pieces import Edit, Pieces, spliced
 from kafka_quota_proxy.protocol.primitives import encode_length
-from kafka_quota_proxy.protocol.walk import response_walker
+from kafka_quota_proxy.protocol.walk import request_walker, response_walker
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
@@ -102,13 +101,10 @@ class TopicConfigsAlter(RequestStage):
         forwarded = [i for i, answer in enumerate(plan.answers) if answer is None]
         if not forwarded:
             return Reply(_alter_response(ctx.api_version, 0, merge_answers(plan, [])))
-        for i in plan.after_broker:
-            wire[i].configs = [c for c in wire[i].configs if c.name not in QUOTA_CONFIGS]
-        cls: Any = IncrementalAlterConfigsRequest
-        body = cls(version=ctx.api_version, validate_only=request.validate_only,
-                   resources=[wire[i] for i in forwarded]).encode(version=ctx.api_version)
+        body = trimmed_request(ctx.frame[ctx.header.body_offset:], ctx.api_version, wire, forwarded,
+                               set(plan.after_broker))
         head = bytes(ctx.frame[4:ctx.header.body_offset])  # the client's header, as it came
-        ctx.replaced = Pieces((_SIZE.pack(len(head) + len(body)), head, bytes(body)))
+        ctx.replaced = Pieces((_SIZE.pack(len(head) + len(body)), head, body))
         ctx.topic_configs = plan
         return None
 
@@ -247,6 +243,32 @@ class TopicConfigsAnswer(ResponseStage):
                 if results[0][0]:
                     merged[at] = (*resource, *results[0])
             audit.api_alter(conn.principal, conn.peer, before, entry, results, plan.validate_only)
+
+
+def trimmed_request(body: memoryview, version: int, wire: list[Any], forwarded: list[int],
+                    trimmed: set[int]) -> bytes:
+    """The client's request with only the `forwarded` resources, the `trimmed` ones without their
+    quota configs. Every byte kept is the client's: the other resources' and configs' bytes,
+    tagged fields a newer client adds included, are spliced, not encoded again."""
+    top = request_walker(INCREMENTAL_ALTER_CONFIGS, version)
+    at = top.walk(body, 0)
+    layout = top.items("Resources")
+    elements = top.elements(body, at, "Resources")
+    items: list[bytes | memoryview] = []
+    for i in forwarded:
+        element = elements[i]
+        if i not in trimmed:
+            items.append(body[element.start : element.end])
+            continue
+        raw = layout.elements(body, element, "Configs")
+        configs = [body[config.start : config.end]
+                   for c, config in zip(wire[i].configs, raw, strict=True) if c.name not in QUOTA_CONFIGS]
+        start, end = element.span("Configs")
+        kept = encode_length(len(configs), layout.compact("Configs")) + b"".join(configs)
+        items.append(bytes(body[element.start : start]) + kept + bytes(body[end : element.end]))
+    start, end = at.span("Resources")
+    array = encode_length(len(items), top.compact("Resources")) + b"".join(items)
+    return spliced(body, [(start, end, array)]).join()
 
 
 def merged_response(body: memoryview, version: int, broker: list[tuple[int, str, int, str | None]],
