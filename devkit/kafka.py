@@ -413,6 +413,8 @@ class KafkaBroker:
             "transaction.state.log.num.partitions": "10",
             "share.coordinator.state.topic.num.partitions": "10",
             "group.initial.rebalance.delay.ms": "0",
+            # The same for streams groups (KIP-1071), whose first assignment waits 3 s by default.
+            "group.streams.initial.rebalance.delay.ms": "0",
             # A broker is unfenced, and so in Metadata, at its first heartbeat after catching up:
             # every 0.5 s rather than 2 s starts it sooner.
             "broker.heartbeat.interval.ms": "500",
@@ -422,8 +424,9 @@ class KafkaBroker:
             "num.network.threads": "2",
             "num.io.threads": "2",
             # Share groups (KIP-932) and streams groups (KIP-1071) need no flag in 4.4: its format
-            # sets share.version=2 and streams.version=1 (StorageTool version-mapping), and the
-            # group coordinator takes classic, consumer, share and streams protocols by default.
+            # sets share.version=2 and streams.version=1 (the defaults at 4.4-IV2, the latest
+            # production metadata version), and group.coordinator.rebalance.protocols defaults to
+            # classic, consumer and streams (as read from 4.4.0's Feature and GroupCoordinatorConfig).
         }
         if self.is_broker:
             props["inter.broker.listener.name"] = "PLAINTEXT"
