@@ -65,6 +65,9 @@ logger.request.level = WARN
 logger.controller.name = kafka.controller
 logger.controller.level = INFO
 """
+# Tools and clients log warnings only, to standard error, leaving standard output to them.
+QUIET_LOG4J2 = (LOG4J2.replace("rootLogger.level = INFO", "rootLogger.level = WARN")
+                .replace("type = Console", "type = Console\nappender.out.target = SYSTEM_ERR"))
 
 
 class KafkaError(RuntimeError):
@@ -174,7 +177,9 @@ def resolve_jars(dest: Path | None = None, pom: Path = POM) -> Path:
     return dest
 
 
-def _lib(lib: Path | None) -> Path:
+def lib_dir(lib: Path | None = None) -> Path:
+    """The folder of Kafka's jars: `lib`, or resolve_jars()'s if None; KafkaError if it holds
+    no broker jar."""
     lib = Path(lib) if lib is not None else resolve_jars()
     if not any(lib.glob("kafka_2.13-*.jar")):
         raise KafkaError(f"no Kafka broker jar (kafka_2.13-*.jar) in {lib}")
@@ -200,13 +205,11 @@ def run_tool(main_class: str, *args: str, lib: Path | None = None, heap: str = "
     (kafka.tools.StorageTool, org.apache.kafka.tools.consumer.ConsoleConsumer)."""
     if "." not in main_class:
         main_class = f"org.apache.kafka.tools.{main_class}"
-    lib = _lib(lib)
-    # Tools log warnings only, to standard error; the config lives outside lib, which may be
-    # read-only (an image's) and is only ever jars.
+    lib = lib_dir(lib)
+    # The config lives outside lib, which may be read-only (an image's) and is only ever jars.
     with tempfile.TemporaryDirectory(prefix="kafka-tool-") as scratch:
         log4j = Path(scratch, "log4j2.properties")
-        log4j.write_text(LOG4J2.replace("rootLogger.level = INFO", "rootLogger.level = WARN")
-                         .replace("type = Console", "type = Console\nappender.out.target = SYSTEM_ERR"))
+        log4j.write_text(QUIET_LOG4J2)
         return subprocess.run(java_command(main_class, *args, lib=lib, heap=heap, log4j=log4j),
                               capture_output=True, text=True, timeout=timeout, input=input,
                               stdin=None if input is not None else subprocess.DEVNULL)
@@ -413,6 +416,8 @@ class KafkaBroker:
             "transaction.state.log.num.partitions": "10",
             "share.coordinator.state.topic.num.partitions": "10",
             "group.initial.rebalance.delay.ms": "0",
+            # The same for streams groups (KIP-1071), whose first assignment waits 3 s by default.
+            "group.streams.initial.rebalance.delay.ms": "0",
             # A broker is unfenced, and so in Metadata, at its first heartbeat after catching up:
             # every 0.5 s rather than 2 s starts it sooner.
             "broker.heartbeat.interval.ms": "500",
@@ -422,8 +427,9 @@ class KafkaBroker:
             "num.network.threads": "2",
             "num.io.threads": "2",
             # Share groups (KIP-932) and streams groups (KIP-1071) need no flag in 4.4: its format
-            # sets share.version=2 and streams.version=1 (StorageTool version-mapping), and the
-            # group coordinator takes classic, consumer, share and streams protocols by default.
+            # sets share.version=2 and streams.version=1 (the defaults at 4.4-IV2, the latest
+            # production metadata version), and group.coordinator.rebalance.protocols defaults to
+            # classic, consumer and streams (as read from 4.4.0's Feature and GroupCoordinatorConfig).
         }
         if self.is_broker:
             props["inter.broker.listener.name"] = "PLAINTEXT"
@@ -466,7 +472,7 @@ class KafkaBroker:
                 args += ["--add-scram", f"{mechanism}=[name={name},password={password}]"]
         java = check_java()
         out = subprocess.run(
-            java_command("kafka.tools.StorageTool", *args, lib=_lib(self.lib), heap="256m",
+            java_command("kafka.tools.StorageTool", *args, lib=lib_dir(self.lib), heap="256m",
                          jvm_flags=self.jvm_flags, log4j=self._dir() / "log4j2.properties", java=java),
             capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
@@ -475,7 +481,7 @@ class KafkaBroker:
 
     def command(self) -> list[str]:
         directory = self._dir()
-        return java_command("kafka.Kafka", str(directory / "server.properties"), lib=_lib(self.lib),
+        return java_command("kafka.Kafka", str(directory / "server.properties"), lib=lib_dir(self.lib),
                             heap=self.heap, jvm_flags=self.jvm_flags,
                             log4j=directory / "log4j2.properties")
 
@@ -589,7 +595,7 @@ class KafkaCluster:
     nodes: list[KafkaBroker] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.lib = _lib(self.lib)
+        self.lib = lib_dir(self.lib)
         root = self.directory or Path(tempfile.mkdtemp(prefix="kafka-cluster-"))
         cluster_id = new_cluster_id()
         self.controller = KafkaBroker(node_id=0, roles="controller", cluster_id=cluster_id,

@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 LOOPBACK = "127.0.0.1"
+REPO = Path(__file__).resolve().parents[1]  # the checkout this devkit belongs to
 
 
 _handed_out: set[int] = set()
@@ -152,6 +153,16 @@ class ProxyProcess:
             **self.extra_config,
         }
 
+    def env(self) -> dict[str, str] | None:
+        """The child's environment: this checkout first on PYTHONPATH when it runs this interpreter.
+        `python -m` puts only the working directory first, and from any other folder the venv's
+        editable install answers, which may be another checkout's (a git worktree sharing the main
+        tree's venv). Another interpreter (a plain install's) and a PYTHONPATH already set
+        (bench.ab's) are left to choose."""
+        if self.python != sys.executable or os.environ.get("PYTHONPATH"):
+            return None
+        return {**os.environ, "PYTHONPATH": str(REPO)}
+
     def start(self, wait_for_broker: bool = True) -> ProxyProcess:
         tmp = Path(tempfile.mkdtemp(prefix="kqp-"))
         self.config_path = tmp / "proxy.yaml"
@@ -160,7 +171,7 @@ class ProxyProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [self.python, "-m", "kafka_quota_proxy", "--config", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log, stderr=subprocess.STDOUT, env=self.env())
         wait_for_port(self.port, proc=self.proc)
         if self.workers > 1:
             self.wait_for_workers()

@@ -91,6 +91,22 @@ def test_a_resolved_folder_is_not_resolved_again(bare_path: Callable[..., None],
     assert kafka.resolve_jars(lib) == lib
 
 
+def test_a_folder_resolved_from_another_pom_is_resolved_again(bare_path: Callable[..., None],
+                                                            tmp_path: Path) -> None:
+    """A cache (a CI's too) from before the pom named kafka-streams gets its jar: the stamp is the
+    pom's digest, not Kafka's version."""
+    bare_path(java=JAVA_17, mvn='for a; do case $a in -DoutputDirectory=*) d=${a#*=};; esac; done\n'
+                                ': > "$d/kafka_2.13-4.4.0.jar"; : > "$d/kafka-streams-4.4.0.jar"')
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "kafka_2.13-4.4.0.jar").touch()
+    (lib / kafka.STAMP).write_text("the digest of an older pom\n")
+    assert kafka.resolve_jars(lib) == lib
+    assert sorted(p.name for p in lib.iterdir()) == [kafka.STAMP, "kafka-streams-4.4.0.jar",
+                                                     "kafka_2.13-4.4.0.jar"]
+    assert (lib / kafka.STAMP).read_text() == kafka._pom_digest(kafka.POM) + "\n"
+
+
 def test_resolve_never_replaces_a_folder_of_other_things(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(KafkaError, match="holds files other than jars"):
