@@ -128,10 +128,12 @@ def kafka_version(pom: Path = POM) -> str:
 
 
 def default_lib(pom: Path = POM) -> Path:
-    """Where resolve_jars() keeps a version's jars: ~/.cache/kafka-quota-proxy/kafka-V/lib
-    ($XDG_CACHE_HOME if set)."""
+    """Where resolve_jars() keeps the jars of a pom: ~/.cache/kafka-quota-proxy/kafka-V-D/lib
+    ($XDG_CACHE_HOME if set), V the Kafka version, D the start of the pom's digest. A folder per
+    pom, not per version: checkouts on two poms (a branch adding a jar) would otherwise resolve
+    the one folder again in turn, swapping it under each other's running brokers."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "kafka-quota-proxy" / f"kafka-{kafka_version(pom)}" / "lib"
+    return cache / "kafka-quota-proxy" / f"kafka-{kafka_version(pom)}-{_pom_digest(pom)[:12]}" / "lib"
 
 
 def _pom_digest(pom: Path) -> str:

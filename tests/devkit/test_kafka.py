@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import shutil
 import signal
 import subprocess
@@ -113,9 +114,11 @@ def test_resolve_never_replaces_a_folder_of_other_things(tmp_path: Path) -> None
         kafka.resolve_jars(tmp_path)
 
 
-def test_the_default_cache_is_per_version(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_default_cache_is_per_pom(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert kafka.default_lib() == tmp_path / "kafka-quota-proxy" / f"kafka-{kafka.kafka_version()}" / "lib"
+    digest = hashlib.sha256(kafka.POM.read_bytes()).hexdigest()[:12]
+    folder = f"kafka-{kafka.kafka_version()}-{digest}"
+    assert kafka.default_lib() == tmp_path / "kafka-quota-proxy" / folder / "lib"
 
 
 def test_a_folder_without_the_broker_jar_is_refused(tmp_path: Path) -> None:
