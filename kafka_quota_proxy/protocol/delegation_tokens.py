@@ -30,14 +30,14 @@ LOWEST_DESCRIBE_VERSION = 1
 
 
 @dataclass(frozen=True, slots=True)
-class TokenOwners:
+class TokenOwnersResponse:
     """A response's error code and (token id, owner name) of each token it names, HMACs left out."""
 
     error_code: int
     owners: tuple[tuple[str, str], ...]
 
 
-def token_owners(api_key: int, version: int, body: bytes | memoryview) -> TokenOwners:
+def token_owners(api_key: int, version: int, body: bytes | memoryview) -> TokenOwnersResponse:
     """The owners named in a CreateDelegationToken or DescribeDelegationToken response body.
 
     An entry with an empty or null id or owner names nobody and is left out; MalformedMessage if
@@ -53,7 +53,7 @@ def token_owners(api_key: int, version: int, body: bytes | memoryview) -> TokenO
         entries = [(t.token_id, t.principal_name) for t in msg.tokens]
     owners = tuple((token_id, owner) for token_id, owner in entries
                    if isinstance(token_id, str) and token_id and isinstance(owner, str) and owner)
-    return TokenOwners(int(msg.error_code), owners)
+    return TokenOwnersResponse(int(msg.error_code), owners)
 
 
 def describe_tokens_request(correlation_id: int, version: int) -> bytes:
@@ -62,7 +62,7 @@ def describe_tokens_request(correlation_id: int, version: int) -> bytes:
     return frame_request(request, version, correlation_id, PROXY_CLIENT_ID)
 
 
-def describe_tokens_response(frame: bytes, correlation_id: int, version: int) -> TokenOwners:
+def describe_tokens_response(frame: bytes, correlation_id: int, version: int) -> TokenOwnersResponse:
     """A framed DescribeDelegationToken response, as the proxy's own request gets it."""
     view = memoryview(frame)
     if response_correlation_id(view) != correlation_id:
