@@ -144,7 +144,10 @@ class TokenOwnerLookup:
             why = f"no broker answered the proxy's DescribeDelegationToken within {self.timeout:g} s"
         except LookupFailed as exc:
             why = str(exc)
-        finally:
+        except Exception as exc:  # a bug, not the broker's answer: every waiter still gets one
+            log.exception("asking the broker for delegation tokens' owners failed")
+            why = f"the proxy's DescribeDelegationToken failed ({type(exc).__name__})"
+        finally:  # and at shutdown (cancelled), too
             self._finish(batch, owners, why)
 
     def _finish(self, batch: dict[str, asyncio.Future[str | None]],

@@ -32,7 +32,16 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, Sasl
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_principals import Principals
 from kafka_quota_proxy.proxy.token_owners import NO_LOGIN, LookupFailed, TokenOwnerLookup
-from tests.proxy.conftest import LOOPS, Harness, correlation_id, list_groups, read_frame, run_on, running
+from tests.proxy.conftest import (
+    LOOPS,
+    Harness,
+    correlation_id,
+    is_closed,
+    list_groups,
+    read_frame,
+    run_on,
+    running,
+)
 from tests.support import fake_broker
 from tests.support.fake_broker import BrokerConn
 
@@ -425,4 +434,23 @@ def test_a_legacy_v0_token_login_binds_the_owner_too() -> None:
         ask.release.set()
         await last.hold
         assert conn.principal == OWNER and conn.sasl.token_id == TOKEN and not conn.sasl.legacy
+    run(scenario())
+
+
+def test_a_re_authentication_with_someone_elses_token_closes_the_connection() -> None:
+    """Found out only once the broker has said whose the token is: the held answer is not sent."""
+    async def scenario() -> None:
+        broker = ScramBroker({TOKEN: "bob"})
+        async with running(broker, **PASSTHROUGH) as h:
+            reader, writer = await h.connect()
+            writer.write(frame(SaslHandshakeRequest(mechanism="SCRAM-SHA-512"), 1))
+            await read_frame(reader)
+            writer.write(frame(SaslAuthenticateRequest(auth_bytes=b"n,,n=dave,r=nonce"), 2))
+            await read_frame(reader)
+            writer.write(frame(SaslAuthenticateRequest(auth_bytes=b"c=biws,r=nonceserver,p=cA=="), 3))
+            await read_frame(reader)
+            assert principals(h) == ["dave"]
+            await token_login(h, reader_writer=(reader, writer), first=4)
+            assert await is_closed(reader)
+            assert h.errors("sasl_spoofing") == 1
     run(scenario())

@@ -447,6 +447,10 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             if isinstance(problem, ProtocolError):
                 self._bad_input(problem)
                 return
+            if problem is not None:  # a bug: closed, not held for ever
+                log.error("closing connection from %s: %s", self.info.describe(), problem)
+                self.close()
+                return
             pending.response = response
             self._flush()
             self._release()

@@ -30,7 +30,6 @@ from kafka_quota_proxy.identity.sasl_tokens import (
     plain_authcid,
 )
 from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
-from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, SaslState
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.sasl_principals import Principals, sasl_state
@@ -131,7 +130,7 @@ class SaslInspect(RequestStage, ResponseStage):
         def answered(found: asyncio.Future[str | None]) -> None:
             try:
                 self._bind_owner(conn, token_id, None if found.cancelled() else found.result())
-            except ProtocolError as exc:
+            except Exception as exc:  # ProtocolError: spoofing, say; the connection is closed
                 hold.set_exception(exc)
             else:
                 hold.set_result(None)
