@@ -43,6 +43,9 @@ POM = Path(__file__).with_name("pom.xml")
 MIN_JAVA = 17  # Kafka 4 brokers and tools need Java 17 (clients 11)
 STAMP = ".resolved"  # in a lib dir: the sha256 of the pom it was resolved from
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
+# delegation.token.secret.key of a devkit node with delegation tokens: the same on every node of
+# a cluster (controllers included, in KRaft), and no secret, as the nodes are throwaway ones.
+DELEGATION_TOKEN_SECRET = "kqp-devkit-delegation-token-key"
 
 # For a 2-core machine shared with the tests: a serial collector (no parallel GC threads), and
 # only the C1 compiler, which starts the broker sooner and spends less CPU compiling; a broker
@@ -333,6 +336,9 @@ class KafkaBroker:
     # which the format creates with both mechanisms; no authorizer, so any user may do anything.
     sasl_port: int | None = None
     scram_users: Mapping[str, str] = field(default_factory=dict)
+    # Delegation tokens (KIP-48) on: delegation.token.secret.key set. Off by default, as in Kafka;
+    # tokens are created and used on a SASL listener only (KafkaApis.allowTokenRequests).
+    delegation_tokens: bool = False
     roles: str = "broker,controller"
     # controller.quorum.voters ("id@host:port,..."); None: this node is the only voter.
     voters: str | None = None
@@ -441,6 +447,8 @@ class KafkaBroker:
             for mechanism in SCRAM_MECHANISMS:
                 props[f"listener.name.sasl_plaintext.{mechanism.lower()}.sasl.jaas.config"] = (
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;")
+        if self.delegation_tokens:
+            props["delegation.token.secret.key"] = DELEGATION_TOKEN_SECRET
         props.update(self.properties_extra)
         return props
 
@@ -576,9 +584,54 @@ class KafkaBroker:
             raise KafkaError(f"kafka-configs could not add {mechanism} user {name}:\n"
                              f"{_tail(out.stdout + out.stderr)}")
 
+    def create_delegation_token(self, user: str, password: str,
+                                mechanism: str = "SCRAM-SHA-256") -> DelegationToken:
+        """A delegation token owned by SCRAM user `user`, created by Kafka's own
+        kafka-delegation-tokens (DelegationTokenCommand) at this node's SASL listener, logged in
+        as that user. The broker may take a moment more to accept it than to answer."""
+        if not self.delegation_tokens:
+            raise KafkaError("this broker has no delegation tokens: give it delegation_tokens=True")
+        with tempfile.TemporaryDirectory(prefix="kafka-token-") as scratch:
+            config = Path(scratch, "owner.properties")
+            config.write_text(scram_client_properties(mechanism, user, password))
+            out = run_tool("DelegationTokenCommand", "--bootstrap-server", self.sasl_address, "--create",
+                           "--max-life-time-period", "-1", "--command-config", str(config), lib=self.lib)
+        # "Created delegation token with tokenId : ID", then a table row: ID HMAC OWNER ...
+        created = re.search(r"tokenId : (\S+)", out.stdout)
+        row = re.search(rf"^{re.escape(created[1])}\s+(\S+)\s", out.stdout, re.M) if created else None
+        if out.returncode != 0 or created is None or row is None:
+            raise KafkaError(f"kafka-delegation-tokens could not create a token for {user} "
+                             f"(exit {out.returncode}):\n{_tail(out.stderr)}")
+        return DelegationToken(created[1], row[1])
+
     @property
     def stopped(self) -> bool:
         return self.proc is None or self.proc.poll() is not None
+
+
+class DelegationToken(NamedTuple):
+    """A delegation token as its holder uses it: SCRAM user name `token_id`, password `hmac`
+    (a secret), with the SCRAM extension tokenauth=true."""
+
+    token_id: str
+    hmac: str
+
+    def __repr__(self) -> str:  # the HMAC is the token's password
+        return f"DelegationToken(token_id={self.token_id!r})"
+
+    def client_properties(self, mechanism: str = "SCRAM-SHA-512") -> str:
+        """A Java client's properties that log in with this token."""
+        return scram_client_properties(mechanism, self.token_id, self.hmac, tokenauth=True)
+
+
+def scram_client_properties(mechanism: str, username: str, password: str, tokenauth: bool = False) -> str:
+    """A Java client's properties (a --command-config or --producer.config file) for SCRAM at a
+    SASL_PLAINTEXT listener; `tokenauth`: the name and password are a delegation token's."""
+    extension = ' tokenauth="true"' if tokenauth else ""
+    return ("security.protocol=SASL_PLAINTEXT\n"
+            f"sasl.mechanism={mechanism}\n"
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+            f'username="{username}" password="{password}"{extension};\n')
 
 
 @dataclass
@@ -590,6 +643,7 @@ class KafkaCluster:
     brokers: int = 3
     scram_users: Mapping[str, str] = field(default_factory=dict)
     sasl: bool = False  # a SASL_PLAINTEXT listener on every broker
+    delegation_tokens: bool = False  # on every node, with one secret key (KafkaBroker's)
     heap: str = "512m"
     lib: Path | None = None
     directory: Path | None = None  # one folder per node below it; None: a temporary one
@@ -602,11 +656,12 @@ class KafkaCluster:
         cluster_id = new_cluster_id()
         self.controller = KafkaBroker(node_id=0, roles="controller", cluster_id=cluster_id,
                                       heap=self.heap, lib=self.lib, directory=root / "controller-0",
-                                      scram_users=self.scram_users)
+                                      scram_users=self.scram_users, delegation_tokens=self.delegation_tokens)
         voters = f"0@{LOOPBACK}:{self.controller.controller_port}"
         self.nodes = [KafkaBroker(node_id=i, roles="broker", voters=voters, cluster_id=cluster_id,
                                   heap=self.heap, lib=self.lib, directory=root / f"broker-{i}",
-                                  sasl_port=free_port() if self.sasl else None)
+                                  sasl_port=free_port() if self.sasl else None,
+                                  delegation_tokens=self.delegation_tokens)
                       for i in range(1, self.brokers + 1)]
 
     @property
@@ -646,6 +701,7 @@ def _serve(args: argparse.Namespace) -> int:
     scram = dict(u.split(":", 1) for u in args.scram_user)
     node = KafkaBroker(node_id=args.node_id, port=args.port, controller_port=args.controller_port,
                        sasl_port=args.sasl_port, scram_users=scram, heap=args.heap,
+                       delegation_tokens=args.delegation_tokens,
                        lib=Path(args.lib) if args.lib else None, directory=Path(args.data).absolute(),
                        listen_host=args.listen_host, advertised=args.advertised)
     if args.cluster_id:
@@ -671,6 +727,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--sasl-port", type=int, help="a SASL_PLAINTEXT (SCRAM) listener too")
     serve.add_argument("--scram-user", action="append", default=[], metavar="NAME:PASSWORD",
                        help="a SCRAM-SHA-256/512 user created at format (repeatable)")
+    serve.add_argument("--delegation-tokens", action="store_true",
+                       help="delegation tokens on (a devkit delegation.token.secret.key)")
     serve.add_argument("--lib", help="the resolved jars (default: resolve them with Maven)")
     serve.add_argument("--data", default="kafka-data", help="properties, metadata and logs")
     serve.add_argument("--node-id", type=int, default=1)

@@ -133,7 +133,8 @@ class ScramClientFirst:
     @property
     def delegation_token(self) -> bool:
         """Kafka's `tokenauth=true` extension: `username` is then a delegation token id, and
-        the broker's principal is the token's owner, which only the broker knows."""
+        the broker's principal is the token's owner, which the proxy must learn
+        (identity/delegation_tokens.py)."""
         return self.extensions.get("tokenauth", "").lower() == "true"
 
 

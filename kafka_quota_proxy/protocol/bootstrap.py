@@ -1,5 +1,6 @@
 """The two requests the proxy makes on its own behalf to learn the cluster: ApiVersions v0, then
-Metadata at the highest version both sides know, asking for no topics."""
+Metadata at the highest version both sides know, asking for no topics. (`usable_version` picks the
+version of any other request the proxy makes of its own, after the same ApiVersions.)"""
 
 from __future__ import annotations
 
@@ -26,18 +27,25 @@ def api_versions_request(correlation_id: int) -> bytes:
 
 def metadata_version(api_versions_frame: bytes, correlation_id: int) -> int:
     """The Metadata version to use, from a framed ApiVersions v0 response."""
+    return usable_version(api_versions_frame, correlation_id, METADATA, 1)
+
+
+def usable_version(api_versions_frame: bytes, correlation_id: int, api_key: int, lowest: int) -> int:
+    """The highest version of `api_key` that the broker and the codec both know, `lowest` or
+    above, from a framed ApiVersions v0 response."""
     view = memoryview(api_versions_frame)
     if response_correlation_id(view) != correlation_id:
         raise MalformedMessage("ApiVersions response has the wrong correlation id")
     msg = decode_response(API_VERSIONS, 0, view[response_body_offset(view, 0):])
     if msg.error_code:
         raise MalformedMessage(f"ApiVersions failed with error {msg.error_code}")
-    for entry in msg.api_keys or ():  # null (length -1): no Metadata version, refused below
-        if entry.api_key == METADATA:
-            version = min(entry.max_version, codec()[METADATA].max_version)
-            if version >= max(entry.min_version, 1):
+    spec = codec()[api_key]
+    for entry in msg.api_keys or ():  # null (length -1): no version, refused below
+        if entry.api_key == api_key:
+            version = min(entry.max_version, spec.max_version)
+            if version >= max(entry.min_version, lowest):
                 return int(version)
-    raise MalformedMessage("broker supports no Metadata version from 1 up")
+    raise MalformedMessage(f"broker supports no {spec.name} version from {lowest} up")
 
 
 def metadata_request(correlation_id: int, version: int, all_topics: bool = False) -> bytes:

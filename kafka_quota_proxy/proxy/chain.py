@@ -29,6 +29,7 @@ from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
+from kafka_quota_proxy.proxy.stages.token_owners_seen import TokenOwnersSeen
 from kafka_quota_proxy.proxy.stages.topic_configs import (
     TopicConfigsAlter,
     TopicConfigsAnswer,
@@ -64,6 +65,8 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     elif isinstance(sasl, SaslInspect):
         request.append(sasl)
         response.append(sasl)
+        if sasl.tokens is not None:
+            response.append(TokenOwnersSeen(sasl.tokens))
     # Topic quotas before client quotas: a client is charged for the bytes that go on, not for
     # a topic's refused ones, and its fetch for what it is delivered.
     request += [ClientQuotasApi(quota_control, engine, access),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,11 +48,13 @@ class SaslState:
 
     mechanism: str | None = None  # accepted by the broker (or the proxy)
     claimed: str | None = None  # passthrough: the user named in this exchange's first token
+    claimed_token: bool = False  # passthrough: `claimed` is a delegation token's id (tokenauth=true)
     rounds: int = 0
     authenticated: bool = False
     legacy: bool = False  # the handshake was v0: tokens follow as bare frames
     server: SaslServer | None = None  # terminate: the SaslServer of this exchange
     pending: dict[int, str] = field(default_factory=dict)  # correlation id -> mechanism offered
+    token_id: str | None = None  # passthrough: the delegation token the connection logged in with
 
 
 @dataclass(slots=True)
@@ -116,6 +119,10 @@ class RequestContext:
     # Topic quotas as topic configs: an IncrementalAlterConfigs split between the proxy and the
     # broker, or the quota entries a DescribeConfigs response gains.
     topic_configs: AlterPlan | DescribeAdditions | None = None
+    # Set by a response stage that needs something done first (a delegation token's owner asked
+    # of the broker): the response, and every request after it, wait until it is; an exception
+    # of it (a ProtocolError) closes the connection instead.
+    hold: asyncio.Future[None] | None = None
 
     @property
     def api_key(self) -> int:

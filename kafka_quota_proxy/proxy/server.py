@@ -7,7 +7,9 @@ import logging
 import signal
 import socket
 import ssl
+import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from prometheus_client import start_http_server
@@ -17,6 +19,7 @@ from kafka_quota_proxy.config.credentials_file import load_credentials
 from kafka_quota_proxy.config.identity_settings import principal_for_address
 from kafka_quota_proxy.config.quota_settings import default_state_file, validate_quota_entries
 from kafka_quota_proxy.config.store_settings import StoreSettings
+from kafka_quota_proxy.identity.delegation_tokens import TokenOwners
 from kafka_quota_proxy.identity.failures import FailureBackoff
 from kafka_quota_proxy.identity.ssl_rules import SslPrincipalMapper
 from kafka_quota_proxy.identity.x500 import x500_name_from_der
@@ -51,6 +54,7 @@ from kafka_quota_proxy.proxy.stages.sasl_principals import Principals
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.proxy.tls import server_context, upstream_context, watch_certificates
+from kafka_quota_proxy.proxy.token_owners import TokenOwnerLookup, ask_token_owners
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy")
@@ -224,15 +228,16 @@ class Proxy:
             await asyncio.sleep(usage.seconds_to_boundary() + 0.001)
             usage.rotate()
 
-    def spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> bool:
         """Run `coro` as a task the proxy owns: cancelled at shutdown, and not started once the
-        shutdown has begun (nothing would cancel it)."""
+        shutdown has begun (nothing would cancel it). Whether it was started."""
         if self._closing:
             coro.close()
-            return
+            return False
         task = self.loop.create_task(coro, name=getattr(coro, "__qualname__", None))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return True
 
     def _open_node_listener(self, node_id: int, sock: socket.socket) -> None:
         if self._closing:
@@ -271,7 +276,7 @@ class Proxy:
     def _sasl_stage(self, settings: Settings) -> SaslInspect | SaslTerminate | None:
         sasl = settings.sasl
         if sasl.mode == "passthrough":
-            return SaslInspect(sasl, Principals(sasl))
+            return SaslInspect(sasl, Principals(sasl), self._token_owners(settings))
         if sasl.mode == "terminate":
             assert sasl.credentials_file is not None
             self.credentials = load_credentials(sasl.credentials_file)
@@ -279,6 +284,15 @@ class Proxy:
                                  self.engine.clock,
                                  lambda mechanism: self.metrics.auth_failures.labels(mechanism).inc())
         return None
+
+    def _token_owners(self, settings: Settings) -> TokenOwnerLookup:
+        """Delegation tokens' owners: learnt from the token responses clients get, and asked of
+        the brokers as the proxy's own user (`upstream_sasl`), if it has one."""
+        creds = settings.upstream_sasl
+        ask = None if creds is None else partial(ask_token_owners, self.cluster.bootstrap_targets,
+                                                 self.upstream_ssl, creds)
+        return TokenOwnerLookup(TokenOwners(), ask, self.spawn, time.monotonic,
+                                settings.connect_timeout_seconds, creds.username if creds else "")
 
     def identify(self, transport: asyncio.BaseTransport, ip: str) -> str:
         """The principal before any SASL: from a client certificate (mTLS), else from the

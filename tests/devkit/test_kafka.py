@@ -153,6 +153,29 @@ def test_a_sasl_listener_takes_both_scram_mechanisms(tmp_path: Path) -> None:
         assert jaas == "org.apache.kafka.common.security.scram.ScramLoginModule required;"
 
 
+def test_delegation_tokens_are_off_unless_asked_for(tmp_path: Path) -> None:
+    assert "delegation.token.secret.key" not in KafkaBroker(sasl_port=9094, directory=tmp_path).properties()
+    props = KafkaBroker(sasl_port=9094, delegation_tokens=True, directory=tmp_path).properties()
+    assert props["delegation.token.secret.key"] == kafka.DELEGATION_TOKEN_SECRET
+    (tmp_path / "kafka_2.13-4.4.0.jar").touch()
+    cluster = KafkaCluster(brokers=2, sasl=True, delegation_tokens=True, lib=tmp_path,
+                           directory=tmp_path / "c")
+    # KRaft: the same key on every broker and on the controller.
+    assert {n.properties()["delegation.token.secret.key"] for n in [cluster.controller, *cluster.nodes]} == {
+        kafka.DELEGATION_TOKEN_SECRET}
+    with pytest.raises(KafkaError, match="no delegation tokens"):
+        KafkaBroker(sasl_port=9094, directory=tmp_path).create_delegation_token("alice", "secret")
+
+
+def test_a_token_logs_in_with_tokenauth_and_never_shows_its_hmac() -> None:
+    token = kafka.DelegationToken("Xid", "hmac-secret")
+    assert "hmac-secret" not in repr(token) and "Xid" in repr(token)
+    assert token.client_properties("SCRAM-SHA-256") == (
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="Xid" password="hmac-secret" tokenauth="true";\n')
+
+
 def test_serve_listens_everywhere_but_advertises_what_it_is_told(tmp_path: Path) -> None:
     props = KafkaBroker(port=19092, controller_port=19093, sasl_port=19094, listen_host="0.0.0.0",
                         advertised="kafka.example:9092", directory=tmp_path).properties()

@@ -54,6 +54,7 @@ UNASKED_TRACKED = 4096
 # side before closing anyway (`_linger`). Kafka clients close as soon as they read the end.
 LINGER_SECONDS = 5.0
 FORWARDED = memoryview(b"")  # a forwarded request's frame, let go (`_handle_request`)
+HOLD = "held-response"  # the read gate's reason while a response stage holds a response (`_hold`)
 
 
 def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> asyncio.TimerHandle:
@@ -408,18 +409,52 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             inflight.insert(at, pending)
             self._flush()
             return
+        response: Response
         if ctx.raw:  # the broker's bare answer to a legacy SASL token
             stage = self.proxy.sasl_stage
             assert isinstance(stage, SaslInspect)
-            stage.legacy_answer(self.info)
-            pending.response = bytes(frame)
-            self._flush()
+            stage.legacy_answer(ctx)
+            response = bytes(frame)
+        else:
+            check_correlation(ctx, frame)
+            m = self.proxy.metrics.api(ctx.api_key)
+            m.observe_latency(ctx.answered_at - ctx.sent_at)
+            response = self.proxy.pipeline.run_response_stages(ctx, frame)
+        if ctx.hold is not None:
+            self._hold(pending, response, ctx.hold)
             return
-        check_correlation(ctx, frame)
-        m = self.proxy.metrics.api(ctx.api_key)
-        m.observe_latency(ctx.answered_at - ctx.sent_at)
-        pending.response = self.proxy.pipeline.run_response_stages(ctx, frame)
+        pending.response = response
         self._flush()
+
+    def _hold(self, pending: Pending, response: Response, hold: asyncio.Future[None]) -> None:
+        """A response stage needs something done before this response goes out (a delegation
+        token's owner asked of the broker, sasl_inspect.py): the response, and every request
+        read after it, wait until it is."""
+        assert self.gate is not None
+        # Kept past this read: a view of the broker's bytes becomes bytes of its own.
+        if isinstance(response, list):
+            response = b"".join(response)
+        elif isinstance(response, memoryview):
+            response = bytes(response)
+        self.gate.pause(HOLD)
+
+        def done(hold: asyncio.Future[None]) -> None:
+            if self.gate is not None:
+                self.gate.resume(HOLD)
+            if self._closed:
+                return
+            problem = None if hold.cancelled() else hold.exception()
+            if isinstance(problem, ProtocolError):
+                self._bad_input(problem)
+                return
+            if problem is not None:  # a bug: closed, not held for ever
+                log.error("closing connection from %s: %s", self.info.describe(), problem)
+                self.close()
+                return
+            pending.response = response
+            self._flush()
+            self._release()
+        hold.add_done_callback(done)
 
     def _write(self, data: Response) -> None:
         if self._closed or self._lingering or self.transport is None:
@@ -524,7 +559,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if self.upstream is None or self._draining or self._lingering or self._closed or self._held:
             return True
         gate = self.gate
-        if gate is not None and ("throttle" in gate.reasons or "authenticating" in gate.reasons):
+        if gate is not None and not gate.reasons.isdisjoint(("throttle", "authenticating", HOLD)):
             return True
         transport = self.transport
         return bool(self._awaiting) and (transport is None or not transport.get_write_buffer_size())

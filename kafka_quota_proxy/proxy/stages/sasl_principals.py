@@ -37,17 +37,23 @@ class Principals:
         self.namer = KerberosShortNamer.parse(rules) if rules else None
 
     def bind(self, conn: ConnectionInfo, name: str) -> None:
+        """Bind the principal a SASL name maps to."""
         try:
             principal = self.namer.short_name(name) if self.namer is not None else name
         except (NoMatchingRule, MalformedKerberosName) as exc:
             raise UnmappedPrincipal(f"no principal for SASL name {name!r}: {exc}") from None
+        self.bind_principal(conn, principal)
+
+    def bind_principal(self, conn: ConnectionInfo, principal: str, via: str = "") -> None:
+        """Bind a principal as it is, not mapped (a delegation token's owner is the broker's
+        principal already); `via` says how, in the log."""
         state = conn.sasl
         assert state is not None
         if state.authenticated and conn.principal != principal:
             raise Spoofing(f"re-authentication as {principal!r}, connection was {conn.principal!r}")
         state.authenticated = True
         conn.principal = principal
-        log.info("connection from %s authenticated as %s", conn.peer, principal)
+        log.info("connection from %s authenticated as %s%s", conn.peer, principal, via)
 
 
 def sasl_state(ctx: RequestContext) -> SaslState:
