@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 LOOPBACK = "127.0.0.1"
+SOURCE_ROOT = Path(__file__).resolve().parent.parent  # the checkout devkit/ belongs to
 
 
 _handed_out: set[int] = set()
@@ -160,13 +161,23 @@ class ProxyProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [self.python, "-m", "kafka_quota_proxy", "--config", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT)
+                stdout=log, stderr=subprocess.STDOUT, env=self._env())
         wait_for_port(self.port, proc=self.proc)
         if self.workers > 1:
             self.wait_for_workers()
         if wait_for_broker:
             wait_for_port(self.node_port, proc=self.proc)
         return self
+
+    def _env(self) -> dict[str, str] | None:
+        """With this interpreter, the proxy runs this checkout's code (SOURCE_ROOT first on its
+        path, its workers too), whichever checkout the venv's editable install points at and
+        wherever the tests were started from: a git worktree beside the main one shares its venv.
+        Another install's interpreter (a fresh venv's) runs what that install holds."""
+        if self.python != sys.executable:
+            return None
+        path = os.environ.get("PYTHONPATH")
+        return {**os.environ, "PYTHONPATH": os.pathsep.join([str(SOURCE_ROOT), *([path] if path else [])])}
 
     @property
     def workers(self) -> int:
