@@ -39,6 +39,7 @@ from kafka_quota_proxy.proxy.stages.topic_quotas import (
     TopicFetchSettle,
     TopicProduceRefusals,
     TopicQuotaCharge,
+    TopicShareFetchSettle,
 )
 from kafka_quota_proxy.proxy.stages.topic_usage import FetchTopicBytes, ProduceTopicBytes
 from kafka_quota_proxy.proxy.stages.well_formed import WellFormed
@@ -74,7 +75,8 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
                 TopicConfigsDescribe(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
                 TopicQuotaCharge(engine)]
     response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
-                 TopicConfigsAnswer(quota_control), TopicProduceRefusals(engine), TopicFetchSettle(engine)]
+                 TopicConfigsAnswer(quota_control), TopicProduceRefusals(engine), TopicFetchSettle(engine),
+                 TopicShareFetchSettle(engine)]
     if topic_usage:  # after the topic quotas, which count what they measure themselves
         request.append(ProduceTopicBytes(engine.leadership))
         response.append(FetchTopicBytes(engine.leadership))

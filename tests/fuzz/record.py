@@ -1,6 +1,7 @@
 """Record the fuzz corpus from real client traffic through the proxy.
 
     python -m tests.fuzz.record [--out tests/fuzz/corpus] [--keep-streams DIR]
+    python -m tests.fuzz.record --made [--out tests/fuzz/corpus]
 
 Starts Tansu (devkit/tansu.py) and two proxies (devkit/processes.py): a plain one, and one that
 terminates SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) from a credentials file. Each proxy
@@ -14,7 +15,10 @@ The recorded streams are cut into frames, each response paired with its request 
 correlation id, and written one input a file (named by SHA-1, as libFuzzer names them) in the
 formats tests/fuzz/targets.py describes. Small caps per API key and version keep the corpus to
 a few hundred small files. OAUTHBEARER tokens and PROXY headers are made here (no client sends
-them to this setup); the PROXY ones carry a recorded Kafka stream behind the header.
+them to this setup); the PROXY ones carry a recorded Kafka stream behind the header. The Kafka 4
+APIs Tansu lacks (share groups, KIP-848 and streams groups, DescribeQuorum) are made from their
+schemas (tests/fuzz/made.py). `--made` records nothing: it adds the made inputs, and the inputs
+the targets added since the last recording take from the recorded ones, to the corpus as it is.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     PRODUCE,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
+    SHARE_FETCH,
 )
 from kafka_quota_proxy.protocol.apis import codec
 from kafka_quota_proxy.protocol.errors import ProtocolError
@@ -53,6 +58,7 @@ from kafka_quota_proxy.protocol.framing import FrameDecoder
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.protocol.rewrite import carries_addresses
 from kafka_quota_proxy.protocol.throttle import carries_throttle
+from tests.fuzz import made
 from tests.fuzz.targets import RESPONSE_PREFIX, SASL_ROLES, SCRAM_SEPARATOR, TARGETS
 
 CORPUS = Path(__file__).parent / "corpus"
@@ -249,11 +255,13 @@ class Corpus:
             self.inputs[target][name] = data
             self._kinds[(target, kind)] += 1
 
-    def write(self, out: Path) -> None:
+    def write(self, out: Path, replace: bool = True) -> None:
+        """Each target's inputs into out/TARGET; with `replace`, in place of what was there."""
         for target in TARGETS:
             folder = out / target
-            shutil.rmtree(folder, ignore_errors=True)
-            folder.mkdir(parents=True)
+            if replace:
+                shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True, exist_ok=True)
             for name, data in self.inputs[target].items():
                 (folder / name).write_bytes(data)
 
@@ -282,10 +290,13 @@ def cut(connections: list[Recorded], corpus: Corpus) -> None:
             key, version = header.api_key, header.api_version
             asked[header.correlation_id] = (key, version)
             corpus.add("request_header", frame, (key, version), cap=2)
+            corpus.add("well_formed", frame, (key, version), cap=2)
             if key == PRODUCE:
                 corpus.add("produce", frame, (key, version))
             elif key == FETCH:
                 corpus.add("fetch", frame, (key, version))
+            elif key == SHARE_FETCH:
+                corpus.add("share_fetch", frame, (key, version))
             elif key in (DESCRIBE_CLIENT_QUOTAS, ALTER_CLIENT_QUOTAS):
                 corpus.add("client_quotas", frame, (key, version, len(corpus.inputs["client_quotas"])),
                            cap=1)
@@ -310,6 +321,12 @@ def cut(connections: list[Recorded], corpus: Corpus) -> None:
                 corpus.add("rewrite", data, (key, version))
             if carries_throttle(key, version):
                 corpus.add("throttle", data, (key, version), cap=2)
+            if key == SHARE_FETCH:
+                corpus.add("share_fetch_response", data, (key, version))
+            if key in made.SPLICED:
+                corpus.add("splice", data, (key, version), cap=2)
+    for target, data, kind in made.inputs():
+        corpus.add(target, data, kind)
     for i, data in enumerate(_made_sasl()):
         corpus.add("sasl", data, ("made", i))
     streams = [bytes(rec.sent[:256]) for rec in connections[:4]]
@@ -410,11 +427,32 @@ def record(out: Path) -> dict[str, int]:
     return {target: len(corpus.inputs[target]) for target in TARGETS}
 
 
+def add_made(out: Path) -> dict[str, int]:
+    """The made inputs, and what the targets added since the recording take from the recorded
+    inputs already in `out` (request frames for well_formed, spliced responses for splice), added
+    to `out` without recording. The counts are of the inputs added."""
+    corpus = Corpus()
+    for path in sorted((out / "request_header").iterdir()):
+        data = path.read_bytes()
+        corpus.add("well_formed", data, ("recorded", path.name))
+    for target in ("throttle", "rewrite"):
+        for path in sorted((out / target).iterdir()):
+            data = path.read_bytes()
+            if RESPONSE_PREFIX.unpack_from(data)[0] in made.SPLICED:
+                corpus.add("splice", data, ("recorded", path.name))
+    for target, data, kind in made.inputs():
+        corpus.add(target, data, kind)
+    corpus.write(out, replace=False)
+    return {target: len(corpus.inputs[target]) for target in TARGETS}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=CORPUS)
+    parser.add_argument("--made", action="store_true",
+                        help="record nothing: add the made inputs to the corpus in --out")
     args = parser.parse_args()
-    counts = record(args.out)
+    counts = add_made(args.out) if args.made else record(args.out)
     total = sum(p.stat().st_size for p in args.out.rglob("*") if p.is_file())
     for target, n in counts.items():
         print(f"{target:16} {n:4} inputs")

@@ -25,6 +25,7 @@ CORPUS = Path(__file__).parent / "corpus"
 MAX_LEN = 16384
 # Stream targets: their seeds are a connection's first 512 bytes, and every byte costs a feed.
 MAX_LEN_OF = {"framing": 1024, "proxy_protocol": 1024}
+WIDTH = max(len(t) for t in TARGETS)  # of the target column
 _STAT = re.compile(r"^stat::(\w+):\s+(\d+)", re.M)
 _DONE = re.compile(r"^Done \d+ runs in (\d+) second", re.M)
 _PROGRESS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)", re.M)
@@ -97,12 +98,12 @@ def main() -> int:
         with ThreadPoolExecutor(args.jobs) as pool:
             for outcome in pool.map(lambda t: fuzz(t, args.runs, args.out), args.targets):
                 outcomes.append(outcome)
-                print(f"  {outcome.target:15} done in {outcome.seconds:6.0f} s", flush=True)
-    print(f"\n{'target':15} {'inputs run':>11} {'cov':>6} {'features':>9} {'corpus':>7} "
+                print(f"  {outcome.target:{WIDTH}} done in {outcome.seconds:6.0f} s", flush=True)
+    print(f"\n{'target':{WIDTH}} {'inputs run':>11} {'cov':>6} {'features':>9} {'corpus':>7} "
           f"{'crashes':>8} {'seconds':>8}")
     for o in outcomes:
         failed = "" if o.status == 0 else f"   exit {o.status}, see {args.out}/{o.target}/"
-        print(f"{o.target:15} {o.runs:11} {o.cov:6} {o.features:9} {o.corpus:7} {o.crashes:8} "
+        print(f"{o.target:{WIDTH}} {o.runs:11} {o.cov:6} {o.features:9} {o.corpus:7} {o.crashes:8} "
               f"{o.seconds:8.0f}{failed}")
     print(f"wall time {time.monotonic() - start:.0f} s")
     return 1 if any(o.crashes or o.status for o in outcomes) else 0

@@ -8,11 +8,14 @@ raises (an IndexError, a struct.error, an AssertionError from a check below) is 
 
 Pure Python with no fuzzer in sight: the same functions run under atheris (`make fuzz`,
 tests/fuzz/atheris_main.py) and as a plain replay of the corpus in `make test`
-(tests/fuzz/test_replay.py). Input formats, as recorded by tests/fuzz/record.py:
+(tests/fuzz/test_replay.py). Input formats, as recorded by tests/fuzz/record.py (and, for the
+Kafka 4 APIs a recording through Tansu never sees, made from their schemas by tests/fuzz/made.py):
 
 - framing: 1 byte seed for where the stream is cut into chunks, then the byte stream;
-- request_header, produce, fetch, client_quotas: one whole request frame (size prefix included);
-- rewrite, throttle: api_key int16, api_version int16, then one whole response frame;
+- request_header, well_formed, produce, fetch, share_fetch, client_quotas: one whole request
+  frame (size prefix included);
+- rewrite, throttle, share_fetch_response, splice: api_key int16, api_version int16, then one
+  whole response frame;
 - sasl: 1 byte selector (mechanism and role), then the client's token; for SCRAM a 0xFF byte
   (never in UTF-8) separates the client-first from the client-final message;
 - proxy_protocol: 1 byte seed for the chunk cuts, then the first bytes of a connection.
@@ -24,6 +27,8 @@ import struct
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
+
+from kafka.protocol.producer.produce import ProduceResponse
 
 from kafka_quota_proxy.identity.credentials import CredentialStore, PlainVerifier, UserCredentials
 from kafka_quota_proxy.identity.sasl_server import SaslAuthenticationError, SaslServer
@@ -37,11 +42,17 @@ from kafka_quota_proxy.identity.sasl_tokens import (
 )
 from kafka_quota_proxy.protocol.api_keys import (
     ALTER_CLIENT_QUOTAS,
+    API_VERSIONS,
     DESCRIBE_CLIENT_QUOTAS,
+    DESCRIBE_CONFIGS,
     FETCH,
+    INCREMENTAL_ALTER_CONFIGS,
     PRODUCE,
+    SHARE_FETCH,
 )
+from kafka_quota_proxy.protocol.api_versions import intersect
 from kafka_quota_proxy.protocol.apis import codec
+from kafka_quota_proxy.protocol.error_codes import INVALID_SHARE_SESSION_EPOCH, NONE
 from kafka_quota_proxy.protocol.errors import MalformedMessage, ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request, session_id
 from kafka_quota_proxy.protocol.framing import FrameDecoder, FrameHead, FramePiece, StreamingFrameDecoder
@@ -50,21 +61,34 @@ from kafka_quota_proxy.protocol.headers import (
     response_body_offset,
     response_correlation_id,
 )
+from kafka_quota_proxy.protocol.messages import decode_response
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.produce import produce_acks, producer_ids, record_sets
 from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeaderParser
 from kafka_quota_proxy.protocol.rewrite import carries_addresses, rewrite_addresses
+from kafka_quota_proxy.protocol.share_fetch import (
+    read_share_fetch_head,
+    read_share_fetch_request,
+    share_fetch_topics,
+    throttled_share_fetch_body,
+)
 from kafka_quota_proxy.protocol.throttle import patched, read_throttle, throttle_offset
+from kafka_quota_proxy.protocol.well_formed import check_request
 from kafka_quota_proxy.proxy.cluster import Cluster
 from kafka_quota_proxy.proxy.stages.client_quotas_api import (
+    SERVED,
     alter_entries,
     alter_response,
     describe_components,
     describe_response,
 )
+from kafka_quota_proxy.proxy.stages.topic_configs import broker_results, described, merged_response
+from kafka_quota_proxy.proxy.stages.topic_quotas import appended
 from kafka_quota_proxy.quota.admin_api import alter_client_quotas, describe_client_quotas
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.topic_configs import DescribeAdditions
 from kafka_quota_proxy.quota.topics import Leadership
+from tests.support.messages import has_nullable_struct
 
 Target = Callable[[bytes], None]
 
@@ -163,6 +187,31 @@ def request_header(data: bytes) -> None:
         pass
 
 
+def well_formed(data: bytes) -> None:
+    """A request body checked by its schema, as WellFormed checks every request before any stage
+    reads it: the schemas of the Kafka 4 APIs kafka-python lacks are Kafka's own JSON, vendored
+    (protocol/apis.py). A body that passes has true lengths, so the codec class built from the
+    same JSON decodes it without running out of bytes (tests/protocol/test_well_formed_properties.py
+    has the same property): it may still refuse text that is not UTF-8 or a bool that is not 0
+    or 1, which are not this check's to judge, and it reads a nullable struct's marker otherwise
+    than Kafka does (tests/support/messages.has_nullable_struct; found by this target)."""
+    frame = memoryview(data)
+    try:
+        header = parse_request_header(frame)
+        check_request(frame, header)
+    except ProtocolError:
+        return
+    if header.spec is None:
+        return  # an ApiVersions newer than the codec: ApiVersionsGate answers it, unchecked
+    try:
+        header.spec.request.decode(data[header.body_offset:], version=header.api_version)
+    except (UnicodeDecodeError, ValueError):
+        pass
+    except (IndexError, struct.error):
+        if not has_nullable_struct(header.spec.request, header.api_version):
+            raise
+
+
 def _header_for(data: bytes, api_key: int) -> Any:
     header = parse_request_header(memoryview(data))
     return header if header.api_key == api_key and header.spec is not None else None
@@ -197,6 +246,20 @@ def fetch(data: bytes) -> None:
             assert struct.unpack_from(">i", frame, info.max_bytes_at)[0] == info.max_bytes
     except ProtocolError:
         pass
+
+
+def share_fetch(data: bytes) -> None:
+    """A ShareFetch request as quota_charge reads it (max_wait_ms, where MaxBytes is)."""
+    frame = memoryview(data)
+    try:
+        header = _header_for(data, SHARE_FETCH)
+        if header is None:
+            return
+        info = read_share_fetch_request(frame, header.body_offset)
+    except ProtocolError:
+        return
+    assert header.body_offset <= info.max_bytes_at and info.max_bytes_at + 4 <= len(frame)
+    assert struct.unpack_from(">i", frame, info.max_bytes_at)[0] == info.max_bytes
 
 
 _QUOTAS: dict[QuotaEntity, dict[QuotaKey, float]] = {
@@ -299,6 +362,81 @@ def throttle(data: bytes) -> None:
     assert new[:at] == body[:at] and new[at + 4:] == body[at + 4:]
 
 
+def share_fetch_response(data: bytes) -> None:
+    """A ShareFetch response as the stages read it: its head (quota_settle), its record bytes per
+    topic (topic_quotas, topic_usage), and Kafka's throttled answer built from that head, as
+    `share_fetch_throttle: empty` sends it, which must read back as built."""
+    try:
+        found = _response(data)
+        if found is None or found[0] != SHARE_FETCH:
+            return
+        _, version, body = found
+        head = read_share_fetch_head(body, version)
+        topics = share_fetch_topics(body, version)
+    except ProtocolError:
+        return
+    assert all(len(t.topic_id) == 16 and 0 <= t.size <= len(body) for t in topics)
+    if head.error_code not in (NONE, INVALID_SHARE_SESSION_EPOCH):
+        return
+    out = memoryview(throttled_share_fetch_body(version, head.throttle_time_ms, head.error_code,
+                                                head.acquisition_lock_timeout_ms))
+    assert read_share_fetch_head(out, version) == head
+    assert share_fetch_topics(out, version) == []
+
+
+_ADDED_TOPIC = ProduceResponse.TopicProduceResponse(name="refused", topic_id=None, partition_responses=[
+    ProduceResponse.TopicProduceResponse.PartitionProduceResponse(
+        index=0, error_code=19, base_offset=-1, log_append_time_ms=-1, log_start_offset=-1,
+        record_errors=[], error_message="refused", current_leader=None)])
+
+
+def splice(data: bytes) -> None:
+    """The broker responses a stage changes by splicing into the broker's bytes, every byte it
+    does not change (unknown tagged fields included) kept: ApiVersions intersected
+    (api_versions.py), a Produce answer with a refused topic added (topic_quotas.py), a
+    DescribeConfigs answer with topics' quota entries and an IncrementalAlterConfigs answer with
+    the proxy's results merged in (topic_configs.py). What comes out of bytes the codec decodes
+    decodes too."""
+    try:
+        found = _response(data)
+        if found is None or found[0] not in (API_VERSIONS, PRODUCE, DESCRIBE_CONFIGS,
+                                             INCREMENTAL_ALTER_CONFIGS):
+            return
+        api_key, version, body = found
+        out: bytes | None
+        if api_key == API_VERSIONS:
+            out = intersect(body, version, SERVED)
+        elif api_key == PRODUCE:
+            out = appended(body, version, [_ADDED_TOPIC]).join()
+        elif api_key == DESCRIBE_CONFIGS:
+            msg = decode_response(api_key, version, body)  # as the stage does first
+            # The stage's plan comes from the request: here, a quota entry for every topic named.
+            plan = DescribeAdditions({r.resource_name: [("producer_byte_rate", "1024")]
+                                      for r in msg.results or ()}, synonyms=True, documentation=True)
+            out = described(body, version, msg, plan)
+        else:
+            broker = broker_results(decode_response(api_key, version, body))
+            merged = broker[::2] + [(2, "quota-topic", 0, None)]  # some the broker's, one the proxy's
+            out = merged_response(body, version, broker, merged)
+    except ProtocolError:
+        return
+    if out is None:
+        return
+    # Kafka writes an UNSUPPORTED_VERSION answer to ApiVersions in v0 (KIP-511).
+    answered = 0 if api_key == API_VERSIONS and _unsupported(body) else version
+    if api_key in (API_VERSIONS, PRODUCE):  # the others were decoded above
+        try:
+            decode_response(api_key, answered, body)
+        except ProtocolError:
+            return  # bytes the walk takes and the codec does not: nothing to hold the output to
+    decode_response(api_key, answered, out)
+
+
+def _unsupported(body: memoryview) -> bool:
+    """An ApiVersions answer of UNSUPPORTED_VERSION, which Kafka writes in v0 (KIP-511)."""
+    return len(body) >= 2 and struct.unpack_from(">h", body)[0] == 35
+
+
 # ---- SASL ---------------------------------------------------------------------------------
 
 
@@ -374,11 +512,15 @@ def proxy_protocol(data: bytes) -> None:
 TARGETS: dict[str, Target] = {
     "framing": framing,
     "request_header": request_header,
+    "well_formed": well_formed,
     "produce": produce,
     "fetch": fetch,
+    "share_fetch": share_fetch,
     "client_quotas": client_quotas,
     "rewrite": rewrite,
     "throttle": throttle,
+    "share_fetch_response": share_fetch_response,
+    "splice": splice,
     "sasl": sasl,
     "proxy_protocol": proxy_protocol,
 }

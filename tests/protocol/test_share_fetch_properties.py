@@ -1,6 +1,7 @@
-"""Properties of the ShareFetch readers, the throttled ShareFetch response and the NodeEndpoints
-rewrite of ShareFetch and ShareAcknowledge, at every version: fields read back as the codec
-(Kafka's own message specs) wrote them; damaged or arbitrary bytes raise only ProtocolError."""
+"""Properties of the ShareFetch readers, the throttled ShareFetch response, the topic walk and the
+NodeEndpoints rewrite of ShareFetch and ShareAcknowledge, at every version: fields and record
+bytes per topic read back as the codec (Kafka's own message specs) wrote them, unknown tagged
+fields in every struct included; damaged or arbitrary bytes raise only ProtocolError."""
 
 from __future__ import annotations
 
@@ -18,10 +19,13 @@ from kafka_quota_proxy.protocol.errors import MalformedMessage, ProtocolError
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.protocol.rewrite import rewrite_addresses
 from kafka_quota_proxy.protocol.share_fetch import (
+    ShareFetchTopic,
     read_share_fetch_head,
     read_share_fetch_request,
+    share_fetch_topics,
     throttled_share_fetch_body,
 )
+from tests.support.future import encode_future, future
 from tests.support.messages import message
 from tests.support.mutations import mutated
 
@@ -76,7 +80,8 @@ def test_arbitrary_bodies_raise_only_protocol_errors(body: bytes, version: int) 
     head = framed(REQUEST(version=version, group_id="g", member_id="m"), version)
     at = parse_request_header(memoryview(head)).body_offset
     for reader in (lambda: read_share_fetch_request(memoryview(head[:at] + body), at),
-                   lambda: read_share_fetch_head(memoryview(body), version)):
+                   lambda: read_share_fetch_head(memoryview(body), version),
+                   lambda: share_fetch_topics(memoryview(body), version)):
         try:
             reader()
         except ProtocolError:
@@ -132,3 +137,34 @@ def test_damaged_responses_raise_only_protocol_errors(api_key: int, data: st.Dat
         rewrite_addresses(api_key, version, memoryview(body), _proxy_address)
     except ProtocolError:
         pass
+
+
+def _expected_topics(msg: Any) -> list[ShareFetchTopic]:
+    return [ShareFetchTopic(t.topic_id.bytes, sum(len(p.records or b"") for p in t.partitions))
+            for t in msg.responses]
+
+
+@given(responses)
+def test_topic_bytes_read_back(case: tuple[int, Any]) -> None:
+    version, msg = case
+    body = memoryview(bytes(msg.encode(version=version)))
+    assert share_fetch_topics(body, version) == _expected_topics(msg)
+
+
+@given(VERSIONS.flatmap(lambda v: st.tuples(st.just(v), message(future(RESPONSE), v))))
+def test_topic_bytes_read_back_past_unknown_tagged_fields(case: tuple[int, Any]) -> None:
+    """Tagged fields of a newer Kafka, in every struct (the partitions' and topics' included)."""
+    version, msg = case
+    body = memoryview(encode_future(msg, version))
+    assert share_fetch_topics(body, version) == _expected_topics(msg)
+
+
+@given(responses.flatmap(lambda case: mutated(bytes(case[1].encode(version=case[0]))).map(
+    lambda body: (case[0], body))))
+def test_damaged_responses_walk_or_raise_only_protocol_errors(case: tuple[int, bytes]) -> None:
+    version, body = case
+    try:
+        topics = share_fetch_topics(memoryview(body), version)
+    except ProtocolError:
+        return
+    assert all(len(t.topic_id) == 16 and 0 <= t.size <= len(body) for t in topics)

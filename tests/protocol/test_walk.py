@@ -363,3 +363,25 @@ def test_walk_to_and_elements_give_the_offsets_a_splice_needs() -> None:
         5, 9, (9, 11), 11, 17)
     assert (second.start, second.span("Host"), second.end) == (17, (21, 24), 30)
     assert w.compact("Brokers") and w.items("Brokers").compact("Host")
+
+
+def test_around_skips_the_fields_on_either_side_of_one() -> None:
+    brokers = [M.MetadataResponseBroker(node_id=n, host="h" * n, port=9000 + n, rack=None) for n in (1, 2)]
+    msg = M(version=12, throttle_time_ms=7, brokers=brokers, cluster_id="c", controller_id=1, topics=[])
+    body = memoryview(bytes(msg.encode(version=12)))
+    w = walker("MetadataResponse", 12, True)
+    whole = w.walk(body, 0)
+    before, after = w.around("Brokers")
+    start, end = whole.span("Brokers")
+    assert before(body, 0) == start == 4
+    assert after(body, end) == whole.end == len(body)  # ClusterId, ControllerId, Topics, the tags
+    items = w.items("Brokers")
+    host_before, host_after = items.around("Host")
+    first = w.elements(body, whole, "Brokers")[0]
+    assert (host_before(body, first.start), host_after(body, first.span("Host")[1])) == (
+        first.offsets["Host"], first.end)
+    assert items.field_names() == ["NodeId", "Host", "Port", "Rack"]
+    assert items.field_type("Port") == "int32"
+    assert (items.nullable("Rack"), items.nullable("Host")) == (True, False)
+    with pytest.raises(TruncatedMessage):
+        host_after(body[:first.end - 1], first.span("Host")[1])

@@ -19,9 +19,12 @@ from kafka.protocol.admin.configs import (
 
 from kafka_quota_proxy.config.quota_state import change_field
 from kafka_quota_proxy.protocol.apis import codec
+from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response
+from kafka_quota_proxy.protocol.messages import decode_response
+from kafka_quota_proxy.proxy.stages.topic_configs import broker_results, described
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.topic_configs import DOCUMENTATION
+from kafka_quota_proxy.quota.topic_configs import DOCUMENTATION, DescribeAdditions
 from tests.proxy.conftest import Harness, running
 from tests.proxy.quota_support import Client, Script, broker_frames, connect, metric, run
 from tests.support.fake_broker import BrokerConn
@@ -378,3 +381,17 @@ def test_describe_configs_gains_the_topics_own_quota_keys(version: int) -> None:
                 ("orders", 0, [("retention.ms", "604800000")], [(C, "50000000")])]))
             c.close()
     run(scenario())
+
+
+@pytest.mark.parametrize("api", ["describe", "alter"])
+def test_a_brokers_null_results_array_is_a_protocol_error_not_a_crash(api: str) -> None:
+    """Found by the `splice` fuzz target: kafka-python reads a null array where the schema has
+    none (length -1) as None, which the stage then iterated (TypeError). Kafka's parser refuses
+    such an answer; so does the stage, with the protocol error the data path handles."""
+    throttle, null = b"\x00\x00\x00\x00", b"\xff\xff\xff\xff"
+    with pytest.raises(MalformedMessage, match="null"):
+        if api == "describe":  # DescribeConfigs v1: throttle_time_ms, results
+            body = memoryview(throttle + null)
+            described(body, 1, decode_response(32, 1, body), DescribeAdditions({}, False, False))
+        else:  # IncrementalAlterConfigs v0: throttle_time_ms, responses
+            broker_results(decode_response(44, 0, memoryview(throttle + null)))

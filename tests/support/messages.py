@@ -99,3 +99,21 @@ def message(cls: Any, version: int) -> st.SearchStrategy[Any]:
 
 def encode(msg: Any, version: int) -> bytes:
     return bytes(msg.encode(version=version))
+
+
+@cache
+def has_nullable_struct(cls: Any, version: int) -> bool:
+    """Whether a message has a nullable struct at `version`, at any depth. kafka-python reads
+    its int8 marker as null only when it is -1 (0xff), Kafka's parsers (and the proxy's request
+    check) when it is negative: bytes with another negative marker are read by kafka-python as
+    a struct that is not there, and it may run out of bytes where Kafka would not."""
+    def walk(struct: Any) -> bool:
+        for f in struct.fields.values():
+            if not f.for_version_q(version):
+                continue
+            if f.is_struct() and (f.nullable_for_version_q(version) or walk(f)):
+                return True
+            if f.is_struct_array() and walk(f.array_of):
+                return True
+        return False
+    return walk(cls._struct)

@@ -88,12 +88,12 @@ class QuotaSettle(ResponseStage):
                     # Kafka un-records the bytes and sends an empty response in their place,
                     # still carrying max(broker's, proxy's) throttle.
                     q.fetch.unrecord(user, client_id, size, now)
+                    _take_back_topics(ctx, now)
                     if key != FETCH:
                         head = read_share_fetch_head(body, ctx.api_version)
                         return throttled_share_fetch_body(
                             ctx.api_version, max(ctx.throttle_ms, head.throttle_time_ms),
                             head.error_code, head.acquisition_lock_timeout_ms)
-                    _take_back_topics(ctx, now)
                     at = throttle_offset(FETCH, ctx.api_version, body)
                     broker_ms = read_throttle(body, at) if at is not None else 0
                     return throttled_response_body(ctx.api_version, max(ctx.throttle_ms, broker_ms),
@@ -115,7 +115,8 @@ def _charged_share_fetch(body: memoryview, version: int) -> bool:
 
 def _take_back_topics(ctx: RequestContext, now: float) -> None:
     """The topics' bytes of a fetch answered empty for the client's own quota were not
-    delivered either: taken back from the topics' rates (TopicFetchSettle recorded them)."""
+    delivered either: taken back from the topics' rates (TopicFetchSettle or
+    TopicShareFetchSettle recorded them)."""
     counted, managers = ctx.topic_bytes, ctx.topic_quota
     if not counted:
         return

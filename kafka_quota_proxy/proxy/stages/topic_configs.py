@@ -217,7 +217,7 @@ class TopicConfigsAnswer(ResponseStage):
         if isinstance(plan, DescribeAdditions):
             return described(body, ctx.api_version, msg, plan)
         assert isinstance(plan, AlterPlan)
-        broker = [(r.resource_type, r.resource_name, r.error_code, r.error_message) for r in msg.responses]
+        broker = broker_results(msg)
         merged = merge_answers(plan, broker)
         self._after_broker(ctx, plan, merged)
         return merged_response(body, ctx.api_version, broker, merged)
@@ -271,6 +271,14 @@ def trimmed_request(body: memoryview, version: int, wire: list[Any], forwarded: 
     return spliced(body, [(start, end, array)]).join()
 
 
+def broker_results(msg: Any) -> list[tuple[int, str, int, str | None]]:
+    """A decoded IncrementalAlterConfigs response's results, (resource type, name, error code,
+    message); its array is never null (Kafka's parser refuses one, and so does the proxy: the
+    broker's answer is then a protocol error, not a crash of the stage)."""
+    return [(r.resource_type, r.resource_name, r.error_code, r.error_message)
+            for r in not_null(msg.responses, "IncrementalAlterConfigs responses")]
+
+
 def merged_response(body: memoryview, version: int, broker: list[tuple[int, str, int, str | None]],
                      merged: list[tuple[int, str, int, str | None]]) -> bytes:
     """The broker's response with the merged results in place of its own. A broker result that
@@ -304,7 +312,8 @@ def described(body: memoryview, version: int, msg: Any, plan: DescribeAdditions)
     at = top.walk(body, 0)
     layout = top.items("Results")
     edits: list[Edit] = []
-    for result, element in zip(msg.results, top.elements(body, at, "Results"), strict=True):
+    results = not_null(msg.results, "DescribeConfigs results")  # never null (broker_results)
+    for result, element in zip(results, top.elements(body, at, "Results"), strict=True):
         found = plan.entries.get(result.resource_name)
         if result.resource_type != TOPIC_RESOURCE or result.error_code or found is None:
             continue

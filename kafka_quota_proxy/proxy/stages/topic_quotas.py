@@ -16,6 +16,14 @@ errors stay), as a throttled fetch answers everything empty; the other topics ke
 A response left with no records at all carries the throttle, capped at the request's
 max_wait_ms, and the connection waits it out: the wait a long poll would have had, instead of
 the client fetching the same refused records again at once.
+
+ShareFetch (KIP-932): a topic's bytes are counted from the response's partitions as a Fetch's
+are, but nothing is taken out: the broker has acquired those records for the member, and records
+dropped from the response would stay locked, undeliverable, until their acquisition lock runs out
+(docs/quotas.md, "Share groups"). So the records are delivered and stay counted, and while a topic
+is over its budget the connection waits out the topic's throttle, as a client quota's does, the
+one way left to slow its share consumers. The wait is capped at half the records' acquisition
+lock, so that the member can still acknowledge what it was just given before the lock runs out.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 
 from kafka.protocol.producer.produce import ProduceResponse
 
-from kafka_quota_proxy.protocol.api_keys import FETCH, PRODUCE
+from kafka_quota_proxy.protocol.api_keys import FETCH, PRODUCE, SHARE_FETCH
 from kafka_quota_proxy.protocol.error_codes import NOT_ENOUGH_REPLICAS, THROTTLING_QUOTA_EXCEEDED
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
@@ -32,6 +40,7 @@ from kafka_quota_proxy.protocol.messages import encode_element
 from kafka_quota_proxy.protocol.pieces import Pieces, spliced
 from kafka_quota_proxy.protocol.primitives import encode_length, read_length
 from kafka_quota_proxy.protocol.produce import batch_sequence, refusal
+from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_head, share_fetch_topics
 from kafka_quota_proxy.protocol.topic_bytes import (
     fetch_emptied,
     fetch_topics,
@@ -60,9 +69,9 @@ def _count(engine: QuotaEngine, quota_type: str, topic: str, throttle_ms: int, n
 
 class TopicQuotaCharge(RequestStage):
     """Charges a Produce's topics on arrival and refuses those over their budget; marks a Fetch
-    whose response TopicFetchSettle is to measure."""
+    or a ShareFetch whose response TopicFetchSettle or TopicShareFetchSettle is to measure."""
 
-    api_keys = frozenset({PRODUCE, FETCH})
+    api_keys = frozenset({PRODUCE, FETCH, SHARE_FETCH})
 
     def __init__(self, engine: QuotaEngine) -> None:
         self.engine = engine
@@ -70,10 +79,13 @@ class TopicQuotaCharge(RequestStage):
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
         switches = engine.switches()
-        fetch = ctx.api_key == FETCH
+        fetch = ctx.api_key != PRODUCE
         if not (switches.topic_fetch if fetch else switches.topic_produce):
             return None
         if switches.exempting and engine.exempt(*client_of(ctx)):
+            return None
+        if ctx.api_key == SHARE_FETCH:  # only consumers share-fetch: no follower to tell apart
+            ctx.topic_quota = engine.scope(ctx.conn.upstream)
             return None
         if fetch:
             info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
@@ -280,3 +292,53 @@ class TopicFetchSettle(ResponseStage):
         if not delivered:
             ctx.throttle_ms = max(ctx.throttle_ms, min(longest, ctx.fetch_max_wait_ms))
         return fetch_emptied(body, ctx.broker_version, layout, hot)
+
+
+# How much of the records' acquisition lock a topic's throttle may keep a share consumer's
+# connection waiting: the rest is the member's to process and acknowledge what it was given.
+SHARE_WAIT_OF_LOCK = 0.5
+
+
+class TopicShareFetchSettle(ResponseStage):
+    """Counts a ShareFetch response's bytes per topic; while a topic is over its budget the
+    connection waits out its throttle. The records are always delivered (module docstring)."""
+
+    api_keys = frozenset({SHARE_FETCH})
+
+    def __init__(self, engine: QuotaEngine) -> None:
+        self.engine = engine
+
+    def wants(self, ctx: RequestContext) -> bool:
+        return ctx.topic_quota is not None
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
+        engine, q = self.engine, ctx.topic_quota
+        assert q is not None
+        version = ctx.broker_version
+        try:
+            topics = share_fetch_topics(body, version)
+        except ProtocolError:
+            return None  # what the client makes of it is the broker's answer, unchanged
+        manager = q.topic_fetch
+        now = engine.clock()
+        counted: list[tuple[str, int, int]] = []
+        longest = 0
+        for topic in topics:
+            if not topic.size:
+                continue
+            name = engine.leadership.named(None, topic.topic_id)
+            if name is None:  # an id no Metadata has named yet: not measured
+                continue
+            # Recorded and kept, unlike a Fetch's: these records are delivered.
+            charge = manager.record(name, topic.size, now)
+            if charge.throttle_ms:
+                _count(engine, FETCH_TYPE, name, charge.throttle_ms, now)
+                longest = max(longest, charge.throttle_ms)
+            counted.append((name, topic.size, 0))
+        ctx.topic_bytes = counted
+        if longest and engine.enforcing:
+            lock_ms = read_share_fetch_head(body, version).acquisition_lock_timeout_ms
+            if lock_ms > 0:  # v0 (early access) has no lock in its answer
+                longest = min(longest, int(lock_ms * SHARE_WAIT_OF_LOCK))
+            ctx.throttle_ms = max(ctx.throttle_ms, longest)
+        return None
