@@ -46,8 +46,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
     "shared_sim": ("Cluster-wide quotas, the arithmetic alone: 1, 3 and 10 simulated replicas' quota "
                    "engines on an ideal store, 10 seeds a shape", shared_sim.run),
     "many_connections_sim": ("Many connections, one quota: 1, 3 and 10 clients under one client-id held by "
-                             "Kafka's broker and by the proxy, simulated (librdkafka clients, a fake "
-                             "clock, the proxy's own quota engine)", many_connections_sim.run),
+                             "Kafka's broker and by the proxy, and by quota.byte_rate_enforcement: paced "
+                             "on 1, 3 and 10 replicas, simulated (librdkafka clients, a fake clock, the "
+                             "proxy's own quota engine)", many_connections_sim.run),
     "request_check": ("Request body check (WellFormed): cost per request beside reading its header",
                       request_check.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",

@@ -41,8 +41,14 @@ connection for (O - T) / T * W, the time that brings the rate back to the quota 
 sent; the entity's other connections each send a request meanwhile, and each is throttled on its
 own in turn, so the rate settles where N requests per throttle balance it.
 
-    python -m bench.many_connections_sim                      # issue 27's span, 3 seeds a line
-    python -m bench.many_connections_sim --connections 3 --seconds 300 --measured-from 20
+The option `quota.byte_rate_enforcement: paced` is modelled as the proxy does it: a Produce or
+Fetch read off any connection of the entity waits, unhandled, until the entity's pace lets it in
+(`QuotaCharge.hold_ms`); a Fetch answered when another connection took the turn meanwhile is
+answered empty (`QuotaSettle`).
+
+    python -m bench.many_connections_sim                      # both tables, issue 27's span, 3 seeds
+    python -m bench.many_connections_sim --table kafka --connections 3 --seconds 300 --measured-from 20
+    python -m bench.many_connections_sim --table paced --replicas 1 3 10
 """
 
 from __future__ import annotations
@@ -238,12 +244,21 @@ class Proxy(Server):
     def _read(self, conn: int) -> None:
         socket = self.sockets.get(conn)
         clock = self.clock
+        paced = self.engine.switches().paced
         while socket and self._open(conn):
+            if paced:
+                # Held, as read and unhandled, until the entity's pace lets it in (QuotaCharge.hold_ms).
+                quota = manager(self.engine, self.kind)
+                wait = quota.paced_wait_ms("", CLIENT_ID, int(clock.now), admit=True)
+                if wait:
+                    clock.at(int(clock.now) + wait, lambda: self._read(conn))
+                    return
             request = socket.popleft()
             self.awaiting[conn] = self.awaiting.get(conn, 0) + 1
             if self.kind == "produce":
                 quota = manager(self.engine, "produce")
-                throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, int(clock.now))
+                throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, int(clock.now),
+                                                            paced=paced)
                 request.throttle_ms = throttle
                 if throttle:
                     self.throttles_due[conn] = self.throttles_due.get(conn, 0) + 1
@@ -266,10 +281,20 @@ class Proxy(Server):
         if self.kind == "consume":
             quota = manager(self.engine, "consume")
             now = int(clock.now)
-            throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, now)
-            if throttle:
-                quota.unrecord("", CLIENT_ID, request.size, now)
-                request.delivered = False
+            if self.engine.switches().paced:
+                # QuotaSettle, paced: not yet the entity's turn, answered empty; else delivered,
+                # and the connection muted until the next turn.
+                throttle = quota.paced_wait_ms("", CLIENT_ID, now)
+                if throttle:
+                    request.delivered = False
+                else:
+                    throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, now,
+                                                                paced=True)
+            else:
+                throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, now)
+                if throttle:
+                    quota.unrecord("", CLIENT_ID, request.size, now)
+                    request.delivered = False
             if throttle:
                 self.throttles_due[conn] = self.throttles_due.get(conn, 0) + 1
             request.throttle_ms = throttle
@@ -437,13 +462,13 @@ class Outcome:
 
 
 def simulate(server: str = "proxy", connections: int = 3, kind: str = "produce", replicas: int = 1,
-             client: str = "librdkafka", batch_bytes: int = LIBRDKAFKA_BATCH,
+             enforcement: str = "kafka", client: str = "librdkafka", batch_bytes: int = LIBRDKAFKA_BATCH,
              seconds: float = 55.0, measured_from: float = 11.0, seed: int = 1,
              timing: Timing = Timing(), sync_ms: float = 100.0) -> Outcome:
     """One run: `connections` clients flat out from t=0 for `seconds`, measured from
     `measured_from` on."""
     clock = Clock(seed, timing)
-    settings = QuotaSettings(scope="cluster" if replicas > 1 else "broker")
+    settings = QuotaSettings(scope="cluster" if replicas > 1 else "broker", byte_rate_enforcement=enforcement)
     if server == "kafka" and replicas != 1:
         raise ValueError("Kafka's broker shares no quota between brokers")
     engines = _engines(replicas, kind, clock, settings, sync_ms, seed)
@@ -502,6 +527,7 @@ class Case:
     connections: int
     kind: str = "produce"
     replicas: int = 1
+    enforcement: str = "kafka"
     client: str = "librdkafka"
     batch_bytes: int = LIBRDKAFKA_BATCH
 
@@ -509,13 +535,13 @@ class Case:
         b = self.batch_bytes
         size = f"{b // 1000} kB" if b % 1024 else f"{b // 1024} KiB"
         where = "Kafka" if self.server == "kafka" else (
-            "proxy" + (f", {self.replicas} replicas" if self.replicas > 1 else ""))
+            f"proxy {self.enforcement}" + (f", {self.replicas} replicas" if self.replicas > 1 else ""))
         unit = "fetches" if self.kind == "consume" else "batches"
         return f"{self.kind}, {self.connections} conns, {size} {unit} ({self.client}), {where}"
 
 
 def measure(case: Case, seeds: int, seconds: float, measured_from: float) -> tuple[str, str]:
-    results = [simulate(case.server, case.connections, case.kind, case.replicas,
+    results = [simulate(case.server, case.connections, case.kind, case.replicas, case.enforcement,
                         case.client, case.batch_bytes, seconds, measured_from, seed)
                for seed in range(1, seeds + 1)]
     rates = [o.rate for o in results]
@@ -532,19 +558,35 @@ def kafka_and_proxy(connections: Sequence[int] = (1, 3, 10)) -> list[Case]:
             for n in connections for server in SERVERS]
 
 
+def paced(connections: Sequence[int] = (1, 3, 10), replicas: Sequence[int] = (1, 3, 10)) -> list[Case]:
+    """`quota.byte_rate_enforcement: paced`: N connections on one proxy, and spread over R
+    replicas sharing the quota."""
+    return [Case("proxy", n, kind, r, "paced", batch_bytes=batch)
+            for kind, batch in (("produce", LIBRDKAFKA_BATCH), ("produce", 128 * 1024),
+                                ("consume", LIBRDKAFKA_BATCH), ("consume", 128 * 1024))
+            for r in replicas for n in connections if n >= r]
+
+
 def run() -> list[tuple[str, str]]:
     """`make bench BENCH=many_connections_sim`: issue 27's span (11-55 s), 3 seeds each."""
-    return [measure(case, 3, 55.0, 11.0) for case in kafka_and_proxy()]
+    return [measure(case, 3, 55.0, 11.0) for case in kafka_and_proxy() + paced()]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.many_connections_sim")
+    ap.add_argument("--table", choices=["kafka", "paced"], nargs="*", default=["kafka", "paced"])
     ap.add_argument("--connections", type=int, nargs="*", default=[1, 3, 10])
+    ap.add_argument("--replicas", type=int, nargs="*", default=[1, 3, 10])
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=55.0)
     ap.add_argument("--measured-from", type=float, default=11.0)
     args = ap.parse_args()
-    for case in kafka_and_proxy(args.connections):
+    cases = []
+    if "kafka" in args.table:
+        cases += kafka_and_proxy(args.connections)
+    if "paced" in args.table:
+        cases += paced(args.connections, args.replicas)
+    for case in cases:
         name, value = measure(case, args.seeds, args.seconds, args.measured_from)
         print(f"{name:75s} {value}", flush=True)
 

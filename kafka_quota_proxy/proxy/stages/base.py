@@ -37,6 +37,12 @@ class RequestStage:
         """Return a Reply to answer the request here, or None to pass it on."""
         return None
 
+    def hold_ms(self, ctx: RequestContext) -> int:
+        """Asked before any stage sees the request: how long it must wait, read but unhandled,
+        before it may go on (a paced quota's turn); the connection reads nothing meanwhile, as
+        if muted, and then asks again. 0: now. Must leave no trace: the request is seen again."""
+        return 0
+
 
 @dataclass(frozen=True, slots=True)
 class Replacement:
