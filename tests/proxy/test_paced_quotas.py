@@ -119,3 +119,14 @@ def test_a_fetch_whose_turn_another_connection_took_is_answered_empty() -> None:
             one.close()
             two.close()
     run(scenario())
+
+
+def test_only_produce_and_fetches_are_asked_whether_to_wait() -> None:
+    async def scenario() -> None:
+        async with running(Script(), quota=PACED) as h:
+            pipeline = h.proxy.pipeline
+            assert [type(s).__name__ for s in pipeline.request_holds(0)] == ["QuotaCharge"]  # Produce
+            assert [type(s).__name__ for s in pipeline.request_holds(1)] == ["QuotaCharge"]  # Fetch
+            assert [type(s).__name__ for s in pipeline.request_holds(78)] == ["QuotaCharge"]  # ShareFetch
+            assert pipeline.request_holds(3) == pipeline.request_holds(16) == ()  # Metadata, ListGroups
+    run(scenario())

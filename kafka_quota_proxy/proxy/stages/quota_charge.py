@@ -63,6 +63,8 @@ TopicPartitions = Callable[[str], int | None]  # partition count of a topic, if 
 class QuotaCharge(RequestStage):
     """Picks the managers for a request and charges what is known before forwarding."""
 
+    holds = PACED
+
     def __init__(self, engine: QuotaEngine, topic_partitions: TopicPartitions) -> None:
         self.engine = engine
         self.topic_partitions = topic_partitions
@@ -73,17 +75,22 @@ class QuotaCharge(RequestStage):
         connections it came on. Each connection's mute alone lets every connection of a
         throttled entity send one request more while the others are muted: with 10 producers of
         1 MB requests, 11 s windows of 1.5x in `bench.many_connections_sim`; held here, 1.05x."""
+        engine = self.engine
+        settings = engine.settings
+        # Asked of every Produce and Fetch: Kafka's enforcement (the default) pays one look.
+        if settings.byte_rate_enforcement != "paced" or settings.mode != "enforce":
+            return 0
+        switches = engine.switches()
+        if not switches.charging:
+            return 0
         conn, header = ctx.conn, ctx.header
         key = header.api_key
-        if key not in PACED:
-            return 0
-        engine = self.engine
-        switches = engine.switches()
-        if not (switches.paced and switches.charging) or not engine.enforcing:
-            return 0
-        if key == FETCH and read_fetch_request(ctx.frame, header.body_offset,
-                                               ctx.api_version).replica_id >= 0:
-            return 0  # follower fetches are exempt
+        if key == FETCH:
+            try:
+                if read_fetch_request(ctx.frame, header.body_offset, ctx.api_version).replica_id >= 0:
+                    return 0  # follower fetches are exempt
+            except ProtocolError:
+                return 0  # for the stages to refuse (ApiVersionsGate, WellFormed)
         user, client_id = conn.principal, header.client_id or ""
         if switches.exempting and engine.exempt(user, client_id):
             return 0
