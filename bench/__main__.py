@@ -11,6 +11,7 @@ from rich.table import Table
 from bench import (
     analytics,
     framing,
+    many_connections_sim,
     producer_ids,
     quota_cost,
     request_check,
@@ -44,6 +45,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                      "restarted empty), stopped, or partitioned away", store_faults.run),
     "shared_sim": ("Cluster-wide quotas, the arithmetic alone: 1, 3 and 10 simulated replicas' quota "
                    "engines on an ideal store, 10 seeds a shape", shared_sim.run),
+    "many_connections_sim": ("Many connections, one quota: 1, 3 and 10 clients under one client-id held by "
+                             "Kafka's broker and by the proxy, and by quota.byte_rate_enforcement: paced "
+                             "on 1, 3 and 10 replicas, simulated (librdkafka clients, a fake clock, the "
+                             "proxy's own quota engine)", many_connections_sim.run),
     "request_check": ("Request body check (WellFormed): cost per request beside reading its header",
                       request_check.run),
     "producer_ids": ("Producer-id quota (KIP-936): cost per Produce request, memory per user",

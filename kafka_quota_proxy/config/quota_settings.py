@@ -28,6 +28,10 @@ TOPIC_REFUSALS = ("not_enough_replicas", "throttling_quota_exceeded")
 # answer, no records, which leaves the records the broker acquired for it locked until their
 # lock times out (30 s by default), so the consumer stalls far below its quota.
 SHARE_FETCH_THROTTLES = ("deliver", "empty")
+# How a byte-rate quota (producer_byte_rate, consumer_byte_rate) is held (docs/quotas.md, "Many
+# connections"): `kafka`, Kafka's throttle formula and KIP-219 muting of the connection whose
+# request went over; or `paced`, every connection of the entity let in at its quota.
+BYTE_RATE_ENFORCEMENTS = ("kafka", "paced")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,7 @@ class QuotaSettings:
     producer_ids: ProducerIdSettings = ProducerIdSettings()
     topic_refusal: str = "not_enough_replicas"
     share_fetch_throttle: str = "deliver"
+    byte_rate_enforcement: str = "kafka"
 
     @property
     def window_ms(self) -> int:
@@ -146,11 +151,14 @@ def parse_quota_section(raw: Any) -> QuotaSettings:
             values[key] = one_of(full, value, TOPIC_REFUSALS)
         elif key == "share_fetch_throttle":
             values[key] = one_of(full, value, SHARE_FETCH_THROTTLES)
+        elif key == "byte_rate_enforcement":
+            values[key] = one_of(full, value, BYTE_RATE_ENFORCEMENTS)
         else:
             raise ConfigError(full, "unknown key (known: scope, mode, window_num, window_size_seconds, "
                               "exempt_principals, exempt_client_ids, max_tracked_entities, "
                               "max_connections_per_ip, state_file, alter_principals, describe_principals, "
-                              "anonymous_loopback, producer_ids, topic_refusal, share_fetch_throttle)")
+                              "anonymous_loopback, producer_ids, topic_refusal, share_fetch_throttle, "
+                              "byte_rate_enforcement)")
     return QuotaSettings(**values)
 
 

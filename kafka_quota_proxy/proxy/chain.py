@@ -96,12 +96,22 @@ class Pipeline:
         self._request = tuple(request)
         self._response = tuple(response)
         self._request_by_key: dict[int, tuple[RequestStage, ...]] = {}
+        self._holds_by_key: dict[int, tuple[RequestStage, ...]] = {}
         self._response_by_key: dict[int, tuple[ResponseStage, ...]] = {}
 
     def request_stages(self, api_key: int) -> tuple[RequestStage, ...]:
         found = self._request_by_key.get(api_key)
         if found is None:
             found = self._request_by_key[api_key] = _for_key(self._request, api_key)
+        return found
+
+    def request_holds(self, api_key: int) -> tuple[RequestStage, ...]:
+        """The request stages for this key that may hold a request (`RequestStage.hold_ms`):
+        none for most keys, so most requests pay one dictionary look-up for it."""
+        found = self._holds_by_key.get(api_key)
+        if found is None:
+            found = self._holds_by_key[api_key] = tuple(
+                s for s in self.request_stages(api_key) if api_key in s.holds)
         return found
 
     def response_stages(self, api_key: int) -> tuple[ResponseStage, ...]:

@@ -105,9 +105,12 @@ class ClientQuotaManager(_ResolvedQuota):
         self.max_throttle_ms: int | None = None  # None: unbounded, as byte rates
 
     def record_and_get_throttle_ms(self, user: str, client_id: str | None, value: float,
-                                   now_ms: float, handles: dict[object, ChargeHandle] | None = None) -> int:
+                                   now_ms: float, handles: dict[object, ChargeHandle] | None = None,
+                                   paced: bool = False) -> int:
         """Record `value` at `now_ms` and return how long to throttle the client (0 if within quota).
-        `handles`: the caller's kept `ChargeHandle`s by manager (one client connection's)."""
+        `handles`: the caller's kept `ChargeHandle`s by manager (one client connection's).
+        `paced` (`quota.byte_rate_enforcement: paced`): the bytes are also paced (`Rate.pace`),
+        and the throttle is the time until the sensor's next bytes may come, not Kafka's."""
         kept = handles.get(self) if handles is not None else None
         if (kept is not None and kept.version == self.store.version and kept.user == user
                 and kept.client_id == client_id and self.sensors.touch(kept.sensor, now_ms)):
@@ -126,6 +129,8 @@ class ClientQuotaManager(_ResolvedQuota):
                 handles[self] = ChargeHandle(self.store.version, user, client_id, bound, sensor)
         rate: Rate = sensor.stat  # type: ignore[assignment]  # (no cast() call on this path)
         rate.record(value, now_ms)
+        if paced and bound is not None:
+            return _clamp_throttle(math.ceil(rate.pace(value, bound, now_ms) - now_ms))
         if bound is None or rate.surely_within(bound, now_ms):
             return 0
         measured = rate.measure(now_ms)
@@ -139,6 +144,26 @@ class ClientQuotaManager(_ResolvedQuota):
             if decided is not None:
                 return decided
         return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
+
+    def paced_wait_ms(self, user: str, client_id: str | None, now_ms: float,
+                      handles: dict[object, ChargeHandle] | None = None, admit: bool = False) -> int:
+        """(`quota.byte_rate_enforcement: paced`) How long until this client's next bytes may be
+        let in (`Rate.paced_wait_ms`; `admit`: for a request about to be read, `Rate.admit_wait_ms`):
+        0 when they may come now, or when no quota applies. Records nothing and makes no sensor."""
+        kept = handles.get(self) if handles is not None else None
+        if (kept is not None and kept.version == self.store.version and kept.user == user
+                and kept.client_id == client_id and kept.sensor.live):
+            stat, bound = kept.sensor.stat, kept.bound
+        else:
+            res = self.resolver.resolve_if_enabled(user, client_id)
+            if res is None:
+                return 0
+            stat, bound = self.sensors.get(res.sensor_key, now_ms), res.quota
+        if bound is None or stat is None:
+            return 0
+        rate = cast(Rate, stat)
+        wait = rate.admit_wait_ms(now_ms) if admit else rate.paced_wait_ms(now_ms)
+        return _clamp_throttle(math.ceil(wait)) if wait > 0 else 0
 
     def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float) -> int:
         """How long to hold a client that was just delivered `size` bytes over its quota (a
@@ -195,8 +220,10 @@ class ClientRequestQuotaManager(ClientQuotaManager):
         self._exempt = Rate(config)
 
     def record_and_get_throttle_ms(self, user: str, client_id: str | None, time_ms: float,
-                                   now_ms: float, handles: dict[object, ChargeHandle] | None = None) -> int:
-        """Record the request's time in ms (its io-thread time, in Kafka) and return the throttle."""
+                                   now_ms: float, handles: dict[object, ChargeHandle] | None = None,
+                                   paced: bool = False) -> int:
+        """Record the request's time in ms (its io-thread time, in Kafka) and return the throttle.
+        Request time is never paced (`paced` is the byte rates' alone): Kafka's throttle, always."""
         return super().record_and_get_throttle_ms(user, client_id, time_ms_to_percentage(time_ms), now_ms,
                                                   handles)
 

@@ -305,6 +305,61 @@ class SharedRate(AlignedCounts, Rate):
             return self.part
         return 1.0 / max(1, self.home.live_replicas)
 
+    def _pace_credit_ms(self) -> float:
+        # Every replica's clients may find the fleet idle at once: each takes its part of the
+        # credit, so that together they take Kafka's first allowance once, not once each.
+        return Rate._pace_credit_ms(self) / max(1, self.home.live_replicas)
+
+    def _pace_part(self) -> float:
+        # Until the next read, the others are taken to go on as they lately did, `ratio` bytes for
+        # each of this replica's (as for Kafka's rate, `others_rate`): this replica's own bytes
+        # are paced at its part of the quota, and the read puts the others' real bytes in place
+        # of that guess (`set_totals`). While the store is out of reach, at its share of it.
+        degraded = self.degraded
+        return 1.0 / (1.0 + self.ratio) if degraded is None else degraded.share
+
+    def admit_wait_ms(self, now_ms: float) -> float:
+        wait = self._admit_at - now_ms
+        ratio = self.ratio
+        if wait > 0 or not ratio or self.degraded is not None:
+            return wait
+        # Due, and the others' clients are taken to be due too: each replica would let one
+        # request in before it sees the others' at the next read, all at once (10 replicas of a
+        # 1 MB producer each took turns in step, 11 s windows of 1.65-1.8x). So one of them,
+        # on average, goes now: each with the chance of its part, the others at the next read.
+        if self.home.rng.random() < 1.0 / (1.0 + ratio):
+            return wait
+        return self.home.until_next_read_ms(now_ms)
+
+    def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
+        bound = self._pace_bound
+        if bound is None or self.degraded is not None:
+            AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
+            return
+        first = self.part < 0  # never read: `totals` holds every retained sample
+        own = self.since_read
+        guessed = self.ratio * own  # the others' bytes `pace` took them to add meanwhile
+        before = {s: self.others.get(s, 0) for s in totals}
+        AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
+        # The pace is made again from the read on: the others' new bytes in place of the guess,
+        # each sample's paced as let in when the sample ended (or now, if later), then this
+        # replica's own bytes since the last read. Every replica's pace then counts the fleet's
+        # bytes. Read for the first time, the others' past samples are paced from the oldest,
+        # so what is older than the credit is paid for by the time that passed.
+        credit = self._pace_credit_ms()
+        w, offset = self._aligned_window, self.clock.offset_ms
+        at = -math.inf if first else self._admit_at - (own + guessed) * 1000.0 / bound
+        for s in sorted(totals):
+            new = self.others.get(s, 0) - before[s]
+            if new > 0:
+                floor = min(now_ms, (s + 1) * w - offset) - credit
+                if at < floor:
+                    at = floor
+                at += new * 1000.0 / bound
+        if own:
+            at = max(at, now_ms - credit) + own * 1000.0 / bound
+        self._admit_at = at
+
     def measure(self, now_ms: float) -> float:
         own = Rate.measure(self, now_ms)
         degraded = self.degraded

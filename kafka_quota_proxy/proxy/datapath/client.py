@@ -63,8 +63,8 @@ def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> async
 
 def _holds(reasons: set[str]) -> bool:
     """Whether frames already read must wait: a pause for anything but the in-flight bound
-    (a throttle, an authentication still being decided, a client not reading its responses, a
-    connection about to close)."""
+    (a throttle, a paced quota's turn, an authentication still being decided, a client not
+    reading its responses, a connection about to close)."""
     return bool(reasons) and (len(reasons) > 1 or "inflight" not in reasons)
 
 
@@ -100,6 +100,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
         self._muted_until = 0.0  # loop time until which a quota throttle holds reading
         self._unmute: asyncio.TimerHandle | None = None
+        self._pace_timer: asyncio.TimerHandle | None = None  # ends a paced quota's wait (`_wait_for_turn`)
         self._connect_task: asyncio.Task[None] | None = None
         self._proxy_header: ProxyHeaderParser | None = None
         self._header_timer: asyncio.TimerHandle | None = None
@@ -219,7 +220,11 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 if _holds(reasons):
                     self._held.extend(frames[i:])
                     break
-                self._handle_request(frame, out)
+                wait_ms = self._handle_request(frame, out)
+                if wait_ms:
+                    self._held.extend(frames[i:])  # this one first: it is handled again then
+                    self._wait_for_turn(wait_ms)
+                    break
         except ProtocolError as exc:
             self._bad_input(exc)
             return
@@ -265,14 +270,20 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.info.set_address(header.source[0], header.source[1])
         self._start()
 
-    def _handle_request(self, frame: memoryview, out: list[bytes | memoryview]) -> None:
+    def _handle_request(self, frame: memoryview, out: list[bytes | memoryview]) -> int:
+        """Handle one request; or, when a stage holds it (`RequestStage.hold_ms`), leave it
+        untouched and return how long it must wait."""
         sasl = self.info.sasl
         if sasl is not None and sasl.legacy and sasl.mechanism is not None:
             self._legacy_token(frame, out)
-            return
+            return 0
         received_at = perf_counter()
         header = parse_request_header(frame)
         ctx = RequestContext(header, frame, self.info, received_at=received_at)
+        for stage in self.proxy.pipeline.request_holds(header.api_key):
+            wait_ms = stage.hold_ms(ctx)
+            if wait_ms > 0:
+                return wait_ms
         m = self.proxy.metrics.api(header.api_key)
         m.requests += 1
         m.request_bytes += len(frame)
@@ -289,7 +300,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             usage.request(ctx)
         if reply is not None:
             self._answer_locally(ctx, reply)
-            return
+            return 0
         if ctx.expects_response:
             pending = Pending(ctx)
             self._inflight.append(pending)
@@ -313,6 +324,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         # Forwarded: nothing reads the request again, and a request waiting for its response
         # would otherwise keep its frame (up to max_frame_bytes, each of max_inflight_requests).
         ctx.frame = FORWARDED
+        return 0
 
     def _bad_input(self, exc: ProtocolError) -> None:
         self.proxy.metrics.protocol_errors.labels(exc.kind).inc()
@@ -346,6 +358,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._connect_task.cancel()  # else it forwards what was read once connected
         if self._unmute is not None:
             self._unmute.cancel()
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
         if self._header_timer is not None:
             self._header_timer.cancel()
         if self._linger_timer is not None:
@@ -526,6 +540,22 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._unmute.cancel()
         self._unmute = loop.call_at(until, self._end_throttle)
 
+    def _wait_for_turn(self, wait_ms: int) -> None:
+        """The first held request must wait `wait_ms` for its turn (a paced quota): read nothing
+        until then, and handle it again then (it may have to wait again, if another connection
+        of its quota entity took the turn)."""
+        assert self.gate is not None
+        self.gate.pause("pace")
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+        self._pace_timer = self.proxy.loop.call_later(wait_ms / 1000, self._end_hold)
+
+    def _end_hold(self) -> None:
+        self._pace_timer = None
+        if self.gate is not None:
+            self.gate.resume("pace")
+            self._release()
+
     def _end_throttle(self) -> None:
         self._unmute = None
         if self._throttles_due:
@@ -599,6 +629,9 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._stop_splice()
         self.uncork()
         self._held.clear()
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+            self._pace_timer = None
         self._early.clear()
         if self.gate is not None:
             self.gate.open()

@@ -51,6 +51,7 @@ class Switches:
     exempting: bool  # exempt principals or client-ids are listed
     topic_produce: bool  # some topic's producer_byte_rate has ever been configured
     topic_fetch: bool  # some topic's consumer_byte_rate has ever been configured
+    paced: bool  # quota.byte_rate_enforcement: paced (Rate.pace), not Kafka's throttle
 
 
 class ThrottleListener(Protocol):
@@ -210,7 +211,8 @@ class QuotaEngine:
                 request_quotas=bool(store.quota_types_enabled(QuotaKey.REQUEST_PERCENTAGE)),
                 exempting=bool(settings.exempt_principals or settings.exempt_client_ids),
                 topic_produce=active and store.topic_quotas_enabled(QuotaKey.PRODUCER_BYTE_RATE),
-                topic_fetch=active and store.topic_quotas_enabled(QuotaKey.CONSUMER_BYTE_RATE))
+                topic_fetch=active and store.topic_quotas_enabled(QuotaKey.CONSUMER_BYTE_RATE),
+                paced=settings.byte_rate_enforcement == "paced")
         return found
 
     def exempt(self, principal: str, client_id: str | None) -> bool:

@@ -32,10 +32,19 @@ class RequestStage:
     """Looks at (and may answer) a request before it is forwarded."""
 
     api_keys: frozenset[int] | None = None  # None: every request
+    holds: frozenset[int] = frozenset()  # the API keys `hold_ms` is asked about
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         """Return a Reply to answer the request here, or None to pass it on."""
         return None
+
+    def hold_ms(self, ctx: RequestContext) -> int:
+        """Asked, for the API keys in `holds`, before any stage sees the request: how long it
+        must wait, read but unhandled, before it may go on (a paced quota's turn); the
+        connection reads nothing meanwhile, as if muted, and then asks again. 0: now. Must leave
+        no trace, and let a malformed request through to the stages that refuse it: the request
+        is seen again."""
+        return 0
 
 
 @dataclass(frozen=True, slots=True)

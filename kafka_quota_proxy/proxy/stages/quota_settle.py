@@ -72,10 +72,12 @@ class QuotaSettle(ResponseStage):
         if key == FETCH or (key in FETCHES and _charged_share_fetch(body, ctx.api_version)):
             # FetchResponse.sizeOf and ShareFetchResponse.sizeOf: the body and its 4-byte size
             size = body_size + 4
+            deliver = key != FETCH and engine.settings.share_fetch_throttle == "deliver"
+            if engine.switches().paced:
+                return self._paced(ctx, body, size, request_throttle, deliver, now)
             fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now,
                                                                 ctx.conn.charge_handles)
             if fetch_throttle > 0 or request_throttle > 0:
-                deliver = key != FETCH and engine.settings.share_fetch_throttle == "deliver"
                 if deliver and fetch_throttle > 0:
                     # Delivered over the quota: held for its bytes at the quota, not Kafka's
                     # throttle, which lets the consumer through in window-sized bursts.
@@ -88,19 +90,49 @@ class QuotaSettle(ResponseStage):
                     # Kafka un-records the bytes and sends an empty response in their place,
                     # still carrying max(broker's, proxy's) throttle.
                     q.fetch.unrecord(user, client_id, size, now)
-                    _take_back_topics(ctx, now)
-                    if key != FETCH:
-                        head = read_share_fetch_head(body, ctx.api_version)
-                        return throttled_share_fetch_body(
-                            ctx.api_version, max(ctx.throttle_ms, head.throttle_time_ms),
-                            head.error_code, head.acquisition_lock_timeout_ms)
-                    at = throttle_offset(FETCH, ctx.api_version, body)
-                    broker_ms = read_throttle(body, at) if at is not None else 0
-                    return throttled_response_body(ctx.api_version, max(ctx.throttle_ms, broker_ms),
-                                                   session_id(body, ctx.api_version))
+                    return _empty(ctx, body, now)
                 return None
         throttle(engine, ctx, "request", request_throttle, now)
         return None
+
+    def _paced(self, ctx: RequestContext, body: memoryview, size: int, request_throttle: int,
+               deliver: bool, now: int) -> bytes | None:
+        """`quota.byte_rate_enforcement: paced`: a fetch is delivered when its quota entity's
+        pace has come (QuotaCharge held it until then; another connection of the entity may have
+        taken the turn meanwhile), charged and paced, and the connection muted until the next
+        may come. Otherwise it is answered empty as Kafka answers a throttled fetch, nothing
+        charged, muted until the entity's turn: a fetch stays all or nothing (a ShareFetch
+        with `share_fetch_throttle: deliver` is always delivered). Over the request quota, as on
+        Kafka, it is answered empty too."""
+        engine, q = self.engine, ctx.quota
+        assert q is not None
+        user, client_id = client_of(ctx)
+        handles = ctx.conn.charge_handles
+        wait = 0
+        if not deliver and engine.enforcing:
+            wait = q.fetch.paced_wait_ms(user, client_id, now, handles)
+        if deliver or not engine.enforcing or not (wait or request_throttle):
+            mute = q.fetch.record_and_get_throttle_ms(user, client_id, size, now, handles, paced=True)
+            throttle(engine, ctx, "fetch", mute, now)
+            throttle(engine, ctx, "request", request_throttle, now)
+            return None
+        throttle(engine, ctx, "fetch", wait, now)
+        throttle(engine, ctx, "request", request_throttle, now)
+        return _empty(ctx, body, now)
+
+
+def _empty(ctx: RequestContext, body: memoryview, now: float) -> bytes:
+    """Kafka's answer to a throttled fetch in place of `body`: no records, the session kept,
+    max(broker's, proxy's) throttle; the topics' bytes taken back."""
+    _take_back_topics(ctx, now)
+    if ctx.api_key != FETCH:
+        head = read_share_fetch_head(body, ctx.api_version)
+        return throttled_share_fetch_body(ctx.api_version, max(ctx.throttle_ms, head.throttle_time_ms),
+                                          head.error_code, head.acquisition_lock_timeout_ms)
+    at = throttle_offset(FETCH, ctx.api_version, body)
+    broker_ms = read_throttle(body, at) if at is not None else 0
+    return throttled_response_body(ctx.api_version, max(ctx.throttle_ms, broker_ms),
+                                   session_id(body, ctx.api_version))
 
 
 

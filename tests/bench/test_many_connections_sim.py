@@ -1,0 +1,81 @@
+"""bench.many_connections_sim: N connections under one client-id on a fake clock, held by a
+model of Kafka's broker and by one of the proxy, both on the proxy's own quota engine.
+Deterministic for a seed, so what it shows is checked exactly here (no clock, no processes)."""
+
+from __future__ import annotations
+
+from statistics import mean
+
+import pytest
+
+from bench.many_connections_sim import LIBRDKAFKA_BATCH, Case, Outcome, measure, simulate
+
+
+def long_run(server: str, connections: int, kind: str = "produce", batch_bytes: int = LIBRDKAFKA_BATCH,
+             seed: int = 1) -> Outcome:
+    """300 s measured from 20 s on: the window's echo of the first burst averages out."""
+    return simulate(server, connections, kind, batch_bytes=batch_bytes, seconds=300.0, measured_from=20.0,
+                    seed=seed)
+
+
+@pytest.mark.parametrize(("connections", "batch_bytes"), [(3, LIBRDKAFKA_BATCH), (10, LIBRDKAFKA_BATCH),
+                                                          (10, 128 * 1024)])
+def test_the_proxys_default_holds_many_connections_as_kafkas_broker_does(connections: int,
+                                                                         batch_bytes: int) -> None:
+    """Within issue 28's fidelity bounds of Kafka's own broker (rate 3%, fullest window 0.05x),
+    over the long run and 5 seeds (one seed's fullest window moves by up to 0.09x either way);
+    both over the quota, by Kafka's formula (each throttle is its own connection's, sized as if
+    the others sent nothing)."""
+    kafka = [long_run("kafka", connections, batch_bytes=batch_bytes, seed=s) for s in range(1, 6)]
+    proxy = [long_run("proxy", connections, batch_bytes=batch_bytes, seed=s) for s in range(1, 6)]
+    assert mean(p.rate for p in proxy) == pytest.approx(mean(k.rate for k in kafka), rel=0.03)
+    assert mean(p.worst for p in proxy) == pytest.approx(mean(k.worst for k in kafka), abs=0.05)
+    assert min(k.rate for k in kafka) > 1.05 and min(k.worst for k in kafka) > 1.2
+
+
+def test_a_consumer_group_is_held_as_kafkas_broker_holds_it() -> None:
+    kafka = long_run("kafka", 3, kind="consume")
+    proxy = long_run("proxy", 3, kind="consume")
+    assert proxy.rate == pytest.approx(kafka.rate, rel=0.03)
+    assert kafka.rate < 0.95  # a fetch is all or nothing: Kafka's formula holds it under
+
+
+def test_the_same_seed_gives_the_same_run() -> None:
+    assert simulate("proxy", 3, seconds=20, seed=7) == simulate("proxy", 3, seconds=20, seed=7)
+    name, value = measure(Case("kafka", 3), seeds=1, seconds=20, measured_from=11)
+    assert name == "produce, 3 conns, 1000 kB batches (librdkafka), Kafka"
+    assert "fullest 11 s" in value
+
+
+# --- quota.byte_rate_enforcement: paced ----------------------------------------------------------
+# Issue 27's option: within 5% of the quota over issue 27's span (11-55 s) and no 11 s window over
+# 1.2x its worth, whatever the number of connections (on one proxy, or spread over replicas
+# sharing the quota through a store). The rates are of the records' value bytes, about 1% under
+# the request bytes a quota counts.
+
+@pytest.mark.parametrize("batch_bytes", [LIBRDKAFKA_BATCH, 128 * 1024])
+@pytest.mark.parametrize("connections", [1, 3, 10])
+def test_paced_connections_of_one_client_id_are_held_at_the_quota(connections: int, batch_bytes: int) -> None:
+    for seed in (1, 2, 3):
+        out = simulate("proxy", connections, enforcement="paced", batch_bytes=batch_bytes, seed=seed)
+        assert 0.95 <= out.rate <= 1.05 and out.worst <= 1.2, (seed, out)
+
+
+@pytest.mark.parametrize(("replicas", "connections"), [(3, 3), (3, 10), (10, 10)])
+def test_paced_replicas_sharing_the_quota_hold_their_connections_at_it(replicas: int,
+                                                                       connections: int) -> None:
+    # 128 KiB batches (bench.shared_accuracy's); 1 MB batches spread over replicas are not held
+    # as closely (docs/quotas.md): each replica decides a second of quota at a time.
+    for seed in (1, 2, 3):
+        out = simulate("proxy", connections, replicas=replicas, enforcement="paced", batch_bytes=128 * 1024,
+                       seed=seed)
+        assert 0.95 <= out.rate <= 1.05 and out.worst <= 1.2, (seed, out)
+
+
+@pytest.mark.parametrize("replicas", [1, 3])
+def test_paced_consumers_of_one_group_get_their_quota(replicas: int) -> None:
+    """Kafka's formula holds them 8-10% under it here (a fetch is all or nothing); paced, a fetch
+    comes when the quota has room for it, so none is answered empty but by a turn taken."""
+    for batch in (LIBRDKAFKA_BATCH, 128 * 1024):
+        out = simulate("proxy", 3, kind="consume", replicas=replicas, enforcement="paced", batch_bytes=batch)
+        assert 0.95 <= out.rate <= 1.05 and out.worst <= 1.2, (batch, out)
