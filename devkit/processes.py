@@ -123,6 +123,11 @@ def wait_for_port(port: int, timeout: float = 20.0, proc: subprocess.Popen | Non
     raise TimeoutError(f"nothing listening on {port} after {timeout}s")
 
 
+# Every ProxyProcess started in this process, newest last: the test suite's failure report adds
+# the log tail and exit status of those a failed test started (tests/conftest.py).
+STARTED: list[ProxyProcess] = []
+
+
 @dataclass
 class ProxyProcess:
     """kafka-quota-proxy run through its console entry point, as a user runs it."""
@@ -168,10 +173,15 @@ class ProxyProcess:
         self.config_path = tmp / "proxy.yaml"
         self.config_path.write_text(yaml.safe_dump(self.config()))
         self.log_path = tmp / "proxy.log"
+        env = self.env()
+        STARTED.append(self)
         with open(self.log_path, "wb") as log:
+            # Where the caller chose the code (another interpreter, a PYTHONPATH of its own), the
+            # child starts in its own folder: `python -m` puts the working directory first, and
+            # from a checkout that imported the checkout's code, not the install under test.
             self.proc = subprocess.Popen(
                 [self.python, "-m", "kafka_quota_proxy", "--config", str(self.config_path)],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env())
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=tmp if env is None else None)
         wait_for_port(self.port, proc=self.proc)
         if self.workers > 1:
             self.wait_for_workers()

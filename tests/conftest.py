@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from devkit import processes as proxy_processes
 from devkit.kafka import KafkaBroker
 from devkit.processes import ProxyProcess
 from devkit.relay import Relay
@@ -38,6 +39,27 @@ SPARK_FIXTURES = {"spark"}  # a local Spark session (`analyzed` needs it)
 # A Cluster takes 2 s to form (a master waits that long before it says cluster_state:ok); a
 # standalone Valkey starts in about 50 ms and needs no mark.
 SLOW_FIXTURES = {"valkey_cluster", "valkey_cluster_relayed"}
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report carries the log tail and exit status of every proxy process it
+    started: a proxy that died or refused a connection in CI then says why."""
+    report = yield
+    if call.when == "setup":
+        item.stash[_PROXIES_BEFORE] = len(proxy_processes.STARTED)
+    elif report.failed:
+        for p in proxy_processes.STARTED[item.stash.get(_PROXIES_BEFORE, 0):]:
+            status = "running" if p.proc is None or p.proc.poll() is None else f"exited {p.proc.returncode}"
+            try:
+                tail = "".join(p.log_text().splitlines(keepends=True)[-40:])
+            except (AssertionError, OSError) as exc:
+                tail = f"(no log: {exc!r})"
+            report.sections.append((f"proxy on port {p.port} ({status}), log tail", tail))
+    return report
+
+
+_PROXIES_BEFORE = pytest.StashKey[int]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
