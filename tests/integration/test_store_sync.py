@@ -137,6 +137,11 @@ def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: Val
     a.sync.config, b.sync.config = control_a, control_b
 
     async def scenario() -> tuple[int, float, float]:
+        # Connected first, the bytes stamped after: they leave the store's window 10 s after their
+        # stamp, and a first sync that connects to a cluster took long enough on a loaded machine
+        # for a to see none of b's (CI on 8ad3a1c, load average 9).
+        assert await a.sync.sync_once() and await b.sync.sync_once()
+        clock[0] = time.monotonic_ns() // 1_000_000
         tenants = [f"t{i}" for i in range(40)]  # spread over the buckets, so over the masters
         for user in tenants:
             a.engine.scope("x").produce.record_and_get_throttle_ms(user, "app", 1_000, clock[0])
