@@ -63,16 +63,19 @@ unit: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-# The whole suite, what CI runs (.ci/run): the Spark tests in one process (one Spark session)
-# beside the rest on xdist workers (worksteal: the long integration tests would otherwise pile
-# up on one worker), each worker with its own Tansu on its own ports. (Not
+# The whole suite, what CI runs (.ci/run): the rest on xdist workers (worksteal: the long
+# integration tests would otherwise pile up on one worker), each worker with its own Tansu on its
+# own ports; then the Spark tests in one process (one Spark session); then Kafka's. (Not
 # --dist loadgroup: with pytest 9.2 it no longer keeps an xdist_group on one worker,
-# pytest-dev/pytest-xdist#1386, and every worker would start Spark.)
+# pytest-dev/pytest-xdist#1386, and every worker would start Spark.) One phase after the other:
+# with Spark beside the rest on 2 cores (load average 9, CI on 8ad3a1c) a shared-store sync ran
+# past its test's window and a replica refused a connection; about 6 minutes longer in all.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-spark test-rest
+	$(MAKE) --no-print-directory test-rest
+	$(MAKE) --no-print-directory test-spark
 	$(MAKE) --no-print-directory test-kafka
 
 test-spark: $(STAMP)
