@@ -11,6 +11,7 @@ from rich.table import Table
 from bench import (
     analytics,
     framing,
+    many_connections,
     many_connections_sim,
     producer_ids,
     quota_cost,
@@ -45,6 +46,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
                      "restarted empty), stopped, or partitioned away", store_faults.run),
     "shared_sim": ("Cluster-wide quotas, the arithmetic alone: 1, 3 and 10 simulated replicas' quota "
                    "engines on an ideal store, 10 seeds a shape", shared_sim.run),
+    "many_connections": ("Many connections, one quota, side by side with Apache Kafka 4.4: 1, 3 and 10 "
+                         "producers and a group of 3 consumers under one client-id, Kafka's broker "
+                         "enforcing the quota and the proxy enforcing it", many_connections.run),
     "many_connections_sim": ("Many connections, one quota: 1, 3 and 10 clients under one client-id held by "
                              "Kafka's broker and by the proxy, and by quota.byte_rate_enforcement: paced "
                              "on 1, 3 and 10 replicas, simulated (librdkafka clients, a fake clock, the "

@@ -1,0 +1,192 @@
+"""Many connections, one quota, side by side with Apache Kafka: N librdkafka producers (then 3
+consumers of one group) under one client-id, straight to a Kafka 4.4 broker that enforces the
+quota itself, and through one proxy that enforces it in front of the same broker with the
+broker's quota deleted, in the same run (issue 27).
+
+The load is the issue's: `client.id=bulk`, `linger.ms=5`, `acks=1`, 1 KiB values,
+`queue.buffering.max.kbytes=4096`, every producer flat out on its own connection, a
+`producer_byte_rate` of 1,000,000 B/s. Consumers: one group of 3 reading a 3-partition topic
+filled beforehand (more than they can reach), `consumer_byte_rate` 1,000,000 B/s. Each run lasts
+`--seconds` (55 by default); the rate is the bytes acknowledged (read, for consumers) from
+`--warm-up` (11 s: Kafka's first allowance paid back) to the end, and the worst window the most in
+any sliding 11 s window over that span, stepped every 0.25 s.
+
+    python -m bench.many_connections                          # 1, 3 and 10 producers, 3 consumers
+    python -m bench.many_connections --producers 3 --consumers 0
+    python -m bench.many_connections --paths proxy --proxy-quota enforcement=smooth
+
+Printed, never asserted. Kafka and the proxy share this machine's cores with the clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from bench.shared_accuracy import SLIDING_S, fullest_window
+from devkit.kafka import KafkaBroker, run_tool
+from devkit.processes import ProxyProcess
+from devkit.producing import RECORD, Timeline, produce
+
+CLIENT_ID = "bulk"
+QUOTA = 1_000_000
+PATHS = ("kafka", "proxy")
+
+
+@dataclass
+class Result:
+    path: str
+    kind: str
+    clients: int
+    rate: float  # bytes/s from the warm-up to the end
+    worst_window: float  # bytes in the fullest sliding 11 s window
+    errors: int
+
+
+def broker_quota(broker: KafkaBroker, key: str, value: int | None) -> None:
+    """Set (or with None delete) the broker's own quota `key` for client-id `bulk`."""
+    change = ["--add-config", f"{key}={value}"] if value is not None else ["--delete-config", key]
+    out = run_tool("ConfigCommand", "--bootstrap-server", broker.bootstrap, "--alter",
+                   "--entity-type", "clients", "--entity-name", CLIENT_ID, *change)
+    if out.returncode != 0:
+        raise RuntimeError(f"kafka-configs failed: {out.stdout[-500:]}{out.stderr[-1500:]}")
+    time.sleep(2)  # the broker applies a client quota from its metadata a moment later
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+
+
+def fill(bootstrap: str, topic: str, partitions: int, megabytes: int) -> None:
+    """`megabytes` MiB of 1 KiB records spread evenly over the partitions, straight to the broker."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "acks": 1,
+                  "batch.size": 1024 * 1024, "queue.buffering.max.kbytes": 65536})
+    value = os.urandom(RECORD)
+    for i in range(megabytes * 1024):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.05)
+        p.poll(0)
+    if p.flush(180):
+        raise RuntimeError(f"filling {topic}: records left unacknowledged")
+
+
+def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, out: Timeline) -> None:
+    """A member of `group` under client-id `bulk`, reading from the earliest offsets: the bytes of
+    the records it read, every 0.25 s."""
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": CLIENT_ID, "group.id": group,
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    done, next_mark = 0, 0.0
+    try:
+        while (elapsed := time.monotonic() - start) < seconds:
+            for msg in c.consume(100, 0.05):
+                if msg.error() is None and elapsed >= 0:
+                    done += len(msg.value() or b"")
+            if elapsed >= next_mark:
+                out.marks.append((max(elapsed, 0.0), done))
+                next_mark = max(next_mark, 0.0) + 0.25
+        out.marks.append((time.monotonic() - start, done))
+    finally:
+        c.close()
+
+
+def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seconds: float,
+            warm_up: float) -> Result:
+    start = time.monotonic() + (0.5 if kind == "produce" else 8.0)  # a group joins first
+    timelines = [Timeline() for _ in range(clients)]
+    group = f"g-{topic}"
+    work: Callable[[int], None]
+    if kind == "produce":
+        def work(i: int) -> None:
+            produce(bootstrap, topic, CLIENT_ID, start, seconds, timelines[i])
+    else:
+        def work(i: int) -> None:
+            read(bootstrap, topic, group, start, seconds, timelines[i])
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(seconds + 120)
+
+    def done(t: float) -> int:
+        return sum(tl.at(t) for tl in timelines)
+
+    rate = (done(seconds) - done(warm_up)) / (seconds - warm_up)
+    worst = fullest_window(done, warm_up, seconds)
+    return Result(path, kind, clients, rate, worst, sum(tl.errors for tl in timelines))
+
+
+def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequence[str] = PATHS,
+        seconds: float = 55.0, warm_up: float = SLIDING_S,
+        proxy_quota: dict[str, str] | None = None) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    results: list[Result] = []
+    with ExitStack() as stack:
+        broker = KafkaBroker().start()
+        stack.callback(broker.stop)
+        proxy = ProxyProcess(broker.address, broker.node_id, extra_config={
+            "quota": dict(proxy_quota or {}),
+            "quotas": [{"client-id": CLIENT_ID, "producer_byte_rate": QUOTA,
+                        "consumer_byte_rate": QUOTA}]}).start()
+        stack.callback(proxy.stop)
+        stamp = int(time.time())
+        kinds = [("produce", n) for n in producers] + ([("consume", consumers)] if consumers else [])
+        for kind, n in kinds:
+            key = "producer_byte_rate" if kind == "produce" else "consumer_byte_rate"
+            for path in paths:
+                topic = f"many-{kind}-{n}-{path}-{stamp}"
+                partitions = 1 if kind == "produce" else n
+                create_topic(broker.bootstrap, topic, partitions)
+                if kind == "consume":
+                    reachable = int((seconds + 2 * SLIDING_S) * QUOTA / 2**20) + 8
+                    fill(broker.bootstrap, topic, partitions, reachable)
+                if path == "kafka":
+                    broker_quota(broker, key, QUOTA)
+                try:
+                    bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
+                    results.append(measure(path, kind, n, bootstrap, topic, seconds, warm_up))
+                finally:
+                    if path == "kafka":
+                        broker_quota(broker, key, None)
+    for r in results:
+        name = f"{r.kind}, {r.clients} {'producers' if r.kind == 'produce' else 'consumers'}, {r.path}"
+        rows.append((f"{name}: average / quota, {warm_up:.0f}-{seconds:.0f} s", f"{r.rate / QUOTA:.3f}"))
+        worst = r.worst_window / (QUOTA * SLIDING_S)
+        rows.append((f"{name}: worst {SLIDING_S:.0f} s window", f"{worst:.3f}x"))
+        if r.errors:
+            rows.append((f"{name}: delivery errors", str(r.errors)))
+    rows.append(("load average at the end", " ".join(f"{x:.1f}" for x in os.getloadavg())))
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.many_connections")
+    ap.add_argument("--producers", type=int, nargs="*", default=[1, 3, 10])
+    ap.add_argument("--consumers", type=int, default=3, help="consumers of one group; 0: none")
+    ap.add_argument("--paths", nargs="*", default=list(PATHS), choices=PATHS)
+    ap.add_argument("--seconds", type=float, default=55.0)
+    ap.add_argument("--warm-up", type=float, default=SLIDING_S)
+    ap.add_argument("--proxy-quota", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="settings under the proxy's `quota:` (e.g. a quota enforcement mode)")
+    args = ap.parse_args()
+    settings = dict(item.split("=", 1) for item in args.proxy_quota)
+    for name, value in run(args.producers, args.consumers, args.paths, args.seconds, args.warm_up,
+                           settings):
+        print(f"{name:55s} {value}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
