@@ -4,7 +4,8 @@ quota itself, and through one proxy that enforces it in front of the same broker
 broker's quota deleted, in the same run (issue 27).
 
 The load is the issue's: `client.id=bulk`, `linger.ms=5`, `acks=1`, 1 KiB values,
-`queue.buffering.max.kbytes=4096`, every producer flat out on its own connection, a
+`queue.buffering.max.kbytes=4096`, librdkafka's default `batch.size` of 1 MB (`--batch-kib`;
+devkit's producers use 128 KiB), every producer flat out on its own connection, a
 `producer_byte_rate` of 1,000,000 B/s. Consumers: one group of 3 reading a 3-partition topic
 filled beforehand (more than they can reach), `consumer_byte_rate` 1,000,000 B/s. Each run lasts
 `--seconds` (55 by default); the rate is the bytes acknowledged (read, for consumers) from
@@ -104,14 +105,15 @@ def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, o
 
 
 def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seconds: float,
-            warm_up: float) -> Result:
+            warm_up: float, batch_kib: int = 1024) -> Result:
     start = time.monotonic() + (0.5 if kind == "produce" else 8.0)  # a group joins first
     timelines = [Timeline() for _ in range(clients)]
     group = f"g-{topic}"
     work: Callable[[int], None]
     if kind == "produce":
         def work(i: int) -> None:
-            produce(bootstrap, topic, CLIENT_ID, start, seconds, timelines[i])
+            produce(bootstrap, topic, CLIENT_ID, start, seconds, timelines[i],
+                    config={"batch.size": str(batch_kib * 1024)})
     else:
         def work(i: int) -> None:
             read(bootstrap, topic, group, start, seconds, timelines[i])
@@ -131,7 +133,7 @@ def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seco
 
 def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequence[str] = PATHS,
         seconds: float = 55.0, warm_up: float = SLIDING_S,
-        proxy_quota: dict[str, str] | None = None) -> list[tuple[str, str]]:
+        proxy_quota: dict[str, str] | None = None, batch_kib: int = 1024) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     results: list[Result] = []
     with ExitStack() as stack:
@@ -157,7 +159,7 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
                     broker_quota(broker, key, QUOTA)
                 try:
                     bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
-                    results.append(measure(path, kind, n, bootstrap, topic, seconds, warm_up))
+                    results.append(measure(path, kind, n, bootstrap, topic, seconds, warm_up, batch_kib))
                 finally:
                     if path == "kafka":
                         broker_quota(broker, key, None)
@@ -179,12 +181,14 @@ def main() -> None:
     ap.add_argument("--paths", nargs="*", default=list(PATHS), choices=PATHS)
     ap.add_argument("--seconds", type=float, default=55.0)
     ap.add_argument("--warm-up", type=float, default=SLIDING_S)
+    ap.add_argument("--batch-kib", type=int, default=1024,
+                    help="the producers' batch.size, KiB (librdkafka's default: 1024)")
     ap.add_argument("--proxy-quota", nargs="*", default=[], metavar="KEY=VALUE",
                     help="settings under the proxy's `quota:` (e.g. a quota enforcement mode)")
     args = ap.parse_args()
     settings = dict(item.split("=", 1) for item in args.proxy_quota)
     for name, value in run(args.producers, args.consumers, args.paths, args.seconds, args.warm_up,
-                           settings):
+                           settings, args.batch_kib):
         print(f"{name:55s} {value}", flush=True)
 
 
