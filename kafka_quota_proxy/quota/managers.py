@@ -150,6 +150,28 @@ class ClientQuotaManager(_ResolvedQuota):
         """(`quota.byte_rate_enforcement: paced`) How long until this client's next bytes may be
         let in (`Rate.paced_wait_ms`; `admit`: for a request about to be read, `Rate.admit_wait_ms`):
         0 when they may come now, or when no quota applies. Records nothing and makes no sensor."""
+        found = self._measured(user, client_id, now_ms, handles)
+        if found is None:
+            return 0
+        rate = found[0]
+        wait = rate.admit_wait_ms(now_ms) if admit else rate.paced_wait_ms(now_ms)
+        return _clamp_throttle(math.ceil(wait)) if wait > 0 else 0
+
+    def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float,
+                handles: dict[object, ChargeHandle] | None = None) -> int:
+        """How long to hold a client that was just delivered `size` bytes over its quota (a
+        ShareFetch the proxy delivers, `Rate.pace_ms`): its deliveries while over the quota are
+        spaced at the quota, whatever the window's bursts. 0 where no quota applies."""
+        found = self._measured(user, client_id, now_ms, handles)
+        if found is None or found[1] <= 0:
+            return 0
+        rate, bound = found
+        return _clamp_throttle(math.ceil(rate.pace_ms(size, bound, now_ms)))
+
+    def _measured(self, user: str, client_id: str | None, now_ms: float,
+                  handles: dict[object, ChargeHandle] | None) -> tuple[Rate, float] | None:
+        """The client's sensor and quota, from its kept `ChargeHandle` if still good, else
+        resolved; None where no quota applies or nothing was recorded yet. Makes no sensor."""
         kept = handles.get(self) if handles is not None else None
         if (kept is not None and kept.version == self.store.version and kept.user == user
                 and kept.client_id == client_id and kept.sensor.live):
@@ -157,25 +179,11 @@ class ClientQuotaManager(_ResolvedQuota):
         else:
             res = self.resolver.resolve_if_enabled(user, client_id)
             if res is None:
-                return 0
+                return None
             stat, bound = self.sensors.get(res.sensor_key, now_ms), res.quota
         if bound is None or stat is None:
-            return 0
-        rate = cast(Rate, stat)
-        wait = rate.admit_wait_ms(now_ms) if admit else rate.paced_wait_ms(now_ms)
-        return _clamp_throttle(math.ceil(wait)) if wait > 0 else 0
-
-    def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float) -> int:
-        """How long to hold a client that was just delivered `size` bytes over its quota (a
-        ShareFetch the proxy delivers, `Rate.pace_ms`): its deliveries while over the quota are
-        spaced at the quota, whatever the window's bursts. 0 where no quota applies."""
-        res = self.resolver.resolve_if_enabled(user, client_id)
-        if res is None or res.quota is None or res.quota <= 0:
-            return 0
-        stat = self.sensors.get(res.sensor_key, now_ms)
-        if stat is None:
-            return 0
-        return _clamp_throttle(math.ceil(cast(Rate, stat).pace_ms(size, res.quota, now_ms)))
+            return None
+        return cast(Rate, stat), bound
 
     def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: float) -> None:
         """Record without checking the quota: it weighs on the next requests only (recordNoThrottle)."""

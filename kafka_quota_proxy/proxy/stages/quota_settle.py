@@ -81,7 +81,8 @@ class QuotaSettle(ResponseStage):
                 if deliver and fetch_throttle > 0:
                     # Delivered over the quota: held for its bytes at the quota, not Kafka's
                     # throttle, which lets the consumer through in window-sized bursts.
-                    fetch_throttle = q.fetch.pace_ms(user, client_id, size, now)
+                    fetch_throttle = q.fetch.pace_ms(user, client_id, size, now,
+                                                     ctx.conn.charge_handles)
                 throttle(engine, ctx, "fetch", fetch_throttle, now)
                 throttle(engine, ctx, "request", request_throttle, now)
                 if deliver:
@@ -133,8 +134,6 @@ def _empty(ctx: RequestContext, body: memoryview, now: float) -> bytes:
     broker_ms = read_throttle(body, at) if at is not None else 0
     return throttled_response_body(ctx.api_version, max(ctx.throttle_ms, broker_ms),
                                    session_id(body, ctx.api_version))
-
-
 
 
 def _charged_share_fetch(body: memoryview, version: int) -> bool:
