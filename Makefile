@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: containers compose-demo demo demo-replicas check unit typecheck test test-spark test-rest test-kafka lint bench clean faults faults-broker faults-proxy \
+.PHONY: containers compose-demo demo demo-stress demo-replicas check unit typecheck test test-spark test-rest test-kafka lint bench clean faults faults-broker faults-proxy \
         load fuzz fuzz-proxy fuzz-properties
 
 $(STAMP): pyproject.toml
@@ -21,6 +21,13 @@ $(STAMP): pyproject.toml
 BROKER ?= tansu
 demo: $(STAMP)
 	$(BIN)/python -m devkit.demo --broker $(BROKER)
+
+# The demo again and again, cold (fresh processes, the page cache dropped where allowed) and with
+# busy loops beside it, counting mismatches by cause (docs/reliability.md, "The demo under load").
+DEMO_RUNS ?= 50
+DEMO_HOGS ?= 2,3
+demo-stress: $(STAMP)
+	$(BIN)/python -m devkit.demo.stress --runs $(DEMO_RUNS) --hogs $(DEMO_HOGS) --broker $(BROKER)
 
 # Cluster-wide quotas, the problem and the fix: 2 proxy replicas without and with a shared Valkey.
 demo-replicas: $(STAMP)

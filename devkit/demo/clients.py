@@ -45,6 +45,7 @@ class SampleProducer(threading.Thread):
         self.payload = (b"kafka-quota-proxy demo " * (size // 23 + 1))[:size]
         self.halt = threading.Event()
         self.acked: set[int] = set()
+        self.acked_at: dict[int, tuple[int, int]] = {}  # key -> the (partition, offset) acknowledged
         self.purged_in_flight: set[int] = set()  # sent, then given up on: on the broker or not
         self.records = 0
         self.bytes = 0
@@ -89,6 +90,7 @@ class SampleProducer(threading.Thread):
                 self.last_error = str(err)
             return
         self.acked.add(seq)
+        self.acked_at[seq] = (msg.partition(), msg.offset())
         self.records += 1
         self.bytes += len(msg) + len(msg.key())
 
@@ -185,15 +187,23 @@ class SampleConsumer(threading.Thread):
                 self.bytes += len(msg) + len(key)
 
 
-def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 20.0) -> set[int]:
+class ReadBack(set[int]):
+    """The record keys a read of the whole topic found; `complete` is False where it stopped at
+    its deadline before the end of every partition (so a record it lacks may be in the log)."""
+
+    complete = True
+
+
+def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 60.0) -> ReadBack:
     """Every record key's sequence in the topic, read with a fresh consumer from the beginning to
-    the end it finds (through the proxy, as the demo's clients)."""
+    the end it finds (through the proxy, as the demo's clients), for at most `seconds`."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": "kqp-demo-read-back",
                   "group.id": "kqp-demo-unused", "enable.auto.commit": False,
                   "enable.partition.eof": True})
-    seen: set[int] = set()
+    seen = ReadBack()
+    seen.complete = False
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         at_end: set[int] = set()
@@ -212,6 +222,7 @@ def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 20.0
             if msgs:
                 quiet_since = time.monotonic()
             elif len(at_end) == partitions and time.monotonic() - quiet_since > 1.0:
+                seen.complete = True
                 break
     finally:
         c.close()

@@ -52,11 +52,13 @@ from devkit.demo.clients import (
     FREE,
     LIMITED,
     STATS_SECONDS,
+    ReadBack,
     SampleConsumer,
     SampleProducer,
     read_back,
 )
 from devkit.demo.counts import THROTTLE_WINDOW_SECONDS, ProxyCounts, Rates, client_values, read_proxy_counts
+from devkit.demo.diagnosis import Lookup, look_up
 from devkit.demo.inprocess import ProxyThread, RingHandler, captured_logs, log
 from devkit.demo.summary import summary
 from devkit.demo.view import Addresses, Frame, plain_line, quota_text, render
@@ -93,7 +95,8 @@ class Demo:
         self.proxy: ProxyThread | None = None
         self.producers: list[SampleProducer] = []
         self.consumer: SampleConsumer | None = None
-        self.read_back: set[int] | None = None  # the log read back, when the live reader missed some
+        self.read_back: ReadBack | None = None  # the log read back, when the live reader missed some
+        self.lookups: list[Lookup] = []  # the records still missing, looked up on the broker
         self.addresses: Addresses | None = None
         self.stop_requested = threading.Event()
         self.phase = "starting"
@@ -229,6 +232,11 @@ class Demo:
     def acked(self) -> set[int]:
         return set().union(*(p.acked for p in self.producers))
 
+    @property
+    def acked_at(self) -> dict[int, tuple[int, int]]:
+        """Each acknowledged record's (partition, offset), by its key."""
+        return {k: v for p in self.producers for k, v in p.acked_at.items()}
+
     def settled_rates(self, seconds: float) -> tuple[float, list[float]]:
         """Each producer's acknowledged bytes/s over the last `seconds` of the run (or all of it,
         if shorter), and the seconds that actually covers."""
@@ -275,6 +283,11 @@ class Demo:
             show(self.frame())
             assert self.addresses is not None
             self.read_back = read_back(self.addresses.bootstrap, self.topic, self.args.partitions)
+            missing = acked - self.consumer.seen - self.read_back
+            if missing:  # whose loss: ask the broker itself, not through the proxy
+                self.phase = "looking the missing records up on the broker"
+                show(self.frame())
+                self.lookups = look_up(self.addresses.broker, self.topic, self.acked_at, missing)
         self.phase = "done"
         show(self.frame())
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from devkit.demo.clients import SampleConsumer, SampleProducer
+from devkit.demo.clients import ReadBack, SampleConsumer, SampleProducer
 from devkit.demo.counts import ProxyCounts
+from devkit.demo.diagnosis import Lookup, verdict
 from devkit.demo.inprocess import ProxyThread
 from devkit.demo.view import api_summary, mib_rate, quota_text
 from devkit.kafka import KafkaBroker
@@ -28,6 +29,7 @@ class Demo(Protocol):
     window_size_seconds: float
     final_proxy: ProxyCounts
     failed_reason: str
+    lookups: list[Lookup]
 
     @property
     def quota_window(self) -> float: ...
@@ -36,7 +38,7 @@ class Demo(Protocol):
     def acked(self) -> set[int]: ...
 
     @property
-    def read_back(self) -> set[int] | None: ...
+    def read_back(self) -> ReadBack | None: ...
 
     def settled_rates(self, seconds: float) -> tuple[float, list[float]]: ...
 
@@ -112,6 +114,14 @@ def summary(demo: Demo, problems: list[str]) -> tuple[list[str], bool]:
         if missing:
             lines.append(f"  {missing:,} acknowledged record(s) never reached the consumer"
                          + (", nor the log read back" if demo.read_back is not None else ""))
+            if demo.read_back is not None and not demo.read_back.complete:
+                lines.append("  the read back through the proxy stopped at its deadline before the end "
+                             "of every partition")
+            if demo.lookups:
+                lines.append("  each missing record at the partition and offset the broker "
+                             "acknowledged for it, read straight from the broker:")
+                lines.extend(f"    {x.line()}" for x in demo.lookups)
+                lines.append(f"  {verdict(demo.lookups)}")
         if passed_over:
             lines.append(f"  {passed_over:,} acknowledged record(s) the live consumer passed over "
                          "were in the log read back at the end (Tansu answered a Fetch without a "

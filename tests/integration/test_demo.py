@@ -103,3 +103,41 @@ def test_the_demo_reads_the_log_back_when_its_live_consumer_passed_over_records(
         p.produce(topic_name, b"v", key=seq.to_bytes(8, "big"), partition=seq % 2)
     assert p.flush(30) == 0
     assert read_back(broker.address, topic_name, 2) == set(range(300))
+
+
+def test_a_missing_record_is_looked_up_on_the_broker_at_its_acknowledged_offset(
+        broker: Broker, topic_name: str) -> None:
+    """The demo's verdict on a mismatch (devkit/demo/diagnosis.py): a record the broker has at
+    its acknowledged offset is the proxy's or the consumer's miss; one whose offset holds another
+    record, or lies past the log's end, is the broker's loss."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from devkit.demo.diagnosis import BEYOND_END, ON_BROKER, OTHER_RECORD, Lookup, look_up, verdict
+
+    admin = AdminClient({"bootstrap.servers": broker.address})
+    admin.create_topics([NewTopic(topic_name, 2, 1)])[topic_name].result(30)
+    p = Producer({"bootstrap.servers": broker.address})
+    acked: dict[int, tuple[int, int]] = {}
+
+    def delivered(err: object, msg: object) -> None:
+        assert err is None
+        acked[int.from_bytes(msg.key(), "big")] = (msg.partition(), msg.offset())  # type: ignore[attr-defined]
+
+    for seq in range(10):
+        p.produce(topic_name, b"v", key=seq.to_bytes(8, "big"), partition=seq % 2, on_delivery=delivered)
+    assert p.flush(30) == 0
+    assert sorted(acked.values()) == [(0, o) for o in range(5)] + [(1, o) for o in range(5)]
+    # 2 and 4 are on the broker where it acknowledged them (partition 0, offsets 1 and 2); 100 was
+    # "acknowledged" at partition 0's offset 3, which holds 6; 101 and 102 past partition 1's end.
+    acked |= {100: (0, 3), 101: (1, 7), 102: (1, 8)}
+    found = look_up(broker.address, topic_name, acked, [2, 4, 100, 101, 102])
+    assert found == [
+        Lookup(0, 1, 2, ON_BROKER),
+        Lookup(0, 3, 3, OTHER_RECORD, f"key {(6).to_bytes(8, 'big')!r}"),
+        Lookup(1, 7, 8, BEYOND_END, "the log ends at offset 5"),
+    ]
+    assert found[0].line() == "partition 0, offsets 1-2 (2 records): on the broker"
+    assert verdict(found) == ("cause: broker loss: the broker acknowledged 3 record(s) it does not have; "
+                              "proxy or consumer loss: the broker has 2 record(s) that the reads through "
+                              "the proxy did not return")
