@@ -69,6 +69,13 @@ def verdict(returncode: int | None, out: str) -> str:
     return f"the demo failed (exit {returncode})" + (f": {stopped[1]}" if stopped else "")
 
 
+def held(out: str) -> str:
+    """The demo's line on the limited producer's rate over its last quota window, shortened."""
+    m = re.search(r"^    demo-limited +([\d.]+ MiB/s), quota [^:\n]*: ([+-]\d+% of its quota, [^:\n]*)", out,
+                  re.MULTILINE)
+    return f"demo-limited {m[1]}, {m[2]}" if m else "no quota line"
+
+
 def cause_kind(v: str) -> str:
     """A verdict without its counts, to count verdicts by kind."""
     return re.sub(r"[\d,]+ record\(s\)", "N record(s)", v)
@@ -114,7 +121,7 @@ def main(argv: list[str]) -> int:
             path.write_text(out)
             kept = f" (output in {path})"
         print(f"run {i + 1}/{a.runs}: {n} hog(s), caches {'dropped' if dropped else 'kept'}, "
-              f"{time.monotonic() - started:.0f} s: {v}{kept}", flush=True)
+              f"{time.monotonic() - started:.0f} s: {v}; {held(out)}{kept}", flush=True)
     print(f"\n{a.runs} runs:")
     for v, n in tally.most_common():
         print(f"  {n:3d}  {v}")

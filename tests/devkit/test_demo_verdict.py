@@ -76,3 +76,10 @@ def test_stress_reads_the_demos_verdict() -> None:
     assert stress.verdict(2, "  stopped early: Tansu did not start\n") == \
         "the demo failed (exit 2): Tansu did not start"
     assert stress.verdict(None, "") == "the demo did not end in time"
+
+
+def test_stress_reads_the_quota_line() -> None:
+    out = ("    demo-limited    1.07 MiB/s, quota 1.00 MiB/s: +7% of its quota, within the 15% allowed\n"
+           "    demo-free       4.00 MiB/s, quota none\n")
+    assert stress.held(out) == "demo-limited 1.07 MiB/s, +7% of its quota, within the 15% allowed"
+    assert stress.held("") == "no quota line"
