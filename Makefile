@@ -77,10 +77,13 @@ typecheck: $(STAMP)
 # pytest-dev/pytest-xdist#1386, and every worker would start Spark.) One phase after the other:
 # with Spark beside the rest on 2 cores (load average 9, CI on 8ad3a1c) a shared-store sync ran
 # past its test's window and a replica refused a connection; about 6 minutes longer in all.
+# Kafka's jars are resolved first, once (a failed resolve stops here with Maven's words), not by
+# whichever test first asks for them inside a phase.
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+	$(BIN)/python -m devkit.kafka resolve
 	$(MAKE) --no-print-directory test-rest
 	$(MAKE) --no-print-directory test-spark
 	$(MAKE) --no-print-directory test-kafka
