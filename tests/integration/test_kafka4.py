@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 
@@ -210,6 +210,47 @@ def test_transactions_are_read_committed_exactly_once(kafka_proxy: ProxyProcess,
     seen += [int(m.value()) for m in consumer.consume(500, 1.0) if m.error() is None]
     consumer.close()
     assert seen == list(range(0, 300)) + list(range(500, 800))
+
+
+def test_java_transactions_with_aborts_are_read_committed_exactly_once(kafka_proxy: ProxyProcess,
+                                                                     topic_name: str) -> None:
+    """Kafka only: Kafka's own transactional Java client through the proxy. Kafka's system-test
+    tool TransactionalMessageCopier copies a topic in transactions of 100 records that also
+    commit the consumed offsets (TxnOffsetCommit with the group's metadata) and aborts about one
+    transaction in three at random, rewinding to the last commit. A read_committed consumer then
+    sees every input record exactly once, in order; a read_uncommitted one sees the aborted
+    copies too, so the aborts did happen (30 transactions: none aborted has odds (2/3)^30)."""
+    source, copy = f"{topic_name}-in", f"{topic_name}-out"
+    create_topic(kafka_proxy.bootstrap, source)
+    create_topic(kafka_proxy.bootstrap, copy)
+    produce_numbered(kafka_proxy.bootstrap, source, 3000)
+    name = f"copier-{topic_name}"
+    copied = run_tool("TransactionalMessageCopier", "--broker-list", kafka_proxy.bootstrap,
+                      "--input-topic", source, "--input-partition", "0", "--output-topic", copy,
+                      "--transactional-id", name, "--consumer-group", name,
+                      "--transaction-size", "100", "--max-messages", "3000", "--enable-random-aborts",
+                      "--use-group-metadata", timeout=180)
+    assert copied.returncode == 0, (copied.stdout + copied.stderr)[-3000:]
+
+    def read(isolation: str) -> list[int]:
+        consumer = Consumer({"bootstrap.servers": kafka_proxy.bootstrap, "group.id": f"{isolation}-{copy}",
+                             "isolation.level": isolation, "enable.auto.commit": False,
+                             "enable.partition.eof": True})
+        consumer.assign([TopicPartition(copy, 0, 0)])
+        seen: list[int] = []
+        deadline = time.monotonic() + 60
+        try:
+            while time.monotonic() < deadline:
+                msgs = consumer.consume(1000, 0.5)
+                seen += [int(m.value()) for m in msgs if m.error() is None]
+                if any((e := m.error()) is not None and e.code() == KafkaError._PARTITION_EOF for m in msgs):
+                    break
+        finally:
+            consumer.close()
+        return seen
+
+    assert read("read_committed") == list(range(3000))
+    assert len(read("read_uncommitted")) > 3000
 
 
 def test_an_api_the_proxy_lacks_closes_only_that_connection(kafka_proxy: ProxyProcess) -> None:
