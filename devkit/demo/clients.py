@@ -192,6 +192,7 @@ class ReadBack(set[int]):
     its deadline before the end of every partition (so a record it lacks may be in the log)."""
 
     complete = True
+    seconds = 0.0  # how long the read took
 
 
 def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 60.0) -> ReadBack:
@@ -204,6 +205,7 @@ def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 60.0
                   "enable.partition.eof": True})
     seen = ReadBack()
     seen.complete = False
+    started = time.monotonic()
     try:
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         at_end: set[int] = set()
@@ -226,4 +228,5 @@ def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 60.0
                 break
     finally:
         c.close()
+        seen.seconds = time.monotonic() - started
     return seen

@@ -76,6 +76,19 @@ def held(out: str) -> str:
     return f"demo-limited {m[1]}, {m[2]}" if m else "no quota line"
 
 
+def passed_over(out: str) -> int:
+    """How many acknowledged records the demo's live consumer passed over and its read of the log
+    back found (Tansu's fetch gap, docs/reliability.md): the runs where the read back decided."""
+    m = re.search(r"^  ([\d,]+) acknowledged record\(s\) the live consumer passed over", out, re.MULTILINE)
+    return int(m[1].replace(",", "")) if m else 0
+
+
+def read_back_took(out: str) -> str:
+    """The demo's line on its read of the log back, if it read it back."""
+    m = re.search(r"^  the log read back through the proxy: (.*)$", out, re.MULTILINE)
+    return f"; read back: {m[1]}" if m else ""
+
+
 def cause_kind(v: str) -> str:
     """A verdict without its counts, to count verdicts by kind."""
     return re.sub(r"[\d,]+ record\(s\)", "N record(s)", v)
@@ -97,6 +110,7 @@ def main(argv: list[str]) -> int:
         p.error("--runs and --seconds must be positive, --hogs counts not negative")
     a.out.mkdir(parents=True, exist_ok=True)
     tally: Counter[str] = Counter()
+    read_backs = 0  # runs whose live consumer passed over records that the read back found
     for i in range(a.runs):
         n = counts[i % len(counts)]
         dropped = drop_caches()
@@ -115,14 +129,20 @@ def main(argv: list[str]) -> int:
                     else (exc.stdout or "")
         v = verdict(code, out)
         tally[cause_kind(v)] += 1
+        over = passed_over(out)
+        read_backs += bool(over)
         kept = ""
         if v != "MATCH":
             path = a.out / f"run-{i + 1:03d}.log"
             path.write_text(out)
             kept = f" (output in {path})"
         print(f"run {i + 1}/{a.runs}: {n} hog(s), caches {'dropped' if dropped else 'kept'}, "
-              f"{time.monotonic() - started:.0f} s: {v}; {held(out)}{kept}", flush=True)
-    print(f"\n{a.runs} runs:")
+              f"{time.monotonic() - started:.0f} s: {v}; {held(out)}"
+              + (f"; the live consumer passed over {over:,}, found in the log read back" if over else "")
+              + read_back_took(out)
+              + kept, flush=True)
+    print(f"\n{a.runs} runs ({read_backs} where the live consumer passed over records that the read "
+          "back found):")
     for v, n in tally.most_common():
         print(f"  {n:3d}  {v}")
     return 0 if tally.keys() == {"MATCH"} else 1

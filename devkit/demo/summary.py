@@ -111,12 +111,14 @@ def summary(demo: Demo, problems: list[str]) -> tuple[list[str], bool]:
             lines.extend(_quota_lines(demo))
         lines.append(f"  produced {produced:,} records (acknowledged), consumed {consumed:,}: "
                      + ("MATCH" if ok else "MISMATCH"))
+        if demo.read_back is not None:
+            lines.append(f"  the log read back through the proxy: {len(demo.read_back):,} records in "
+                         f"{demo.read_back.seconds:.1f} s"
+                         + ("" if demo.read_back.complete else ", stopped at its deadline before the end "
+                            "of every partition"))
         if missing:
             lines.append(f"  {missing:,} acknowledged record(s) never reached the consumer"
                          + (", nor the log read back" if demo.read_back is not None else ""))
-            if demo.read_back is not None and not demo.read_back.complete:
-                lines.append("  the read back through the proxy stopped at its deadline before the end "
-                             "of every partition")
             if demo.lookups:
                 lines.append("  each missing record at the partition and offset the broker "
                              "acknowledged for it, read straight from the broker:")

@@ -29,15 +29,16 @@ def demo(seen: set[int], read_back: ReadBack | None, lookups: list[Lookup]) -> D
 
 def test_a_mismatch_names_each_missing_record_and_whose_loss_it_is() -> None:
     back = ReadBack({3, 4})
-    back.complete = False
+    back.complete, back.seconds = False, 60.04
     lookups = [Lookup(0, 7, 7, ON_BROKER), Lookup(2, 40, 40, SKIPPED, "the next offset in the log is 41")]
     lines, ok = summary(demo({1, 2}, back, lookups), [])
     assert not ok
     text = "\n".join(lines)
     assert "  produced 5 records (acknowledged), consumed 2: MISMATCH\n" in text
     assert "  1 acknowledged record(s) never reached the consumer, nor the log read back\n" in text
-    assert ("  the read back through the proxy stopped at its deadline before the end of every "
-            "partition\n") in text
+    assert ("  produced 5 records (acknowledged), consumed 2: MISMATCH\n"
+            "  the log read back through the proxy: 2 records in 60.0 s, stopped at its deadline "
+            "before the end of every partition\n") in text
     assert ("  each missing record at the partition and offset the broker acknowledged for it, read "
             "straight from the broker:\n"
             "    partition 0, offset 7: on the broker\n"
@@ -53,7 +54,8 @@ def test_a_match_needs_no_look_up() -> None:
     assert ok
     text = "\n".join(lines)
     assert "consumed 3: MATCH" in text
-    assert "cause:" not in text and "read back through the proxy stopped" not in text
+    assert "cause:" not in text and "stopped at its deadline" not in text
+    assert "  the log read back through the proxy: 2 records in 0.0 s" in lines
 
 
 def test_verdict_counts_each_kind() -> None:
@@ -83,3 +85,10 @@ def test_stress_reads_the_quota_line() -> None:
            "    demo-free       4.00 MiB/s, quota none\n")
     assert stress.held(out) == "demo-limited 1.07 MiB/s, +7% of its quota, within the 15% allowed"
     assert stress.held("") == "no quota line"
+
+
+def test_stress_counts_the_records_the_read_back_found() -> None:
+    out = ("  62 acknowledged record(s) the live consumer passed over were in the log read back at the "
+           "end (Tansu answered a Fetch without a batch not yet stored; docs/reliability.md)\n")
+    assert stress.passed_over(out) == 62
+    assert stress.passed_over("consumed 10: MATCH") == 0
