@@ -8,7 +8,8 @@ kafka-python vendors its own the same way). The proxy builds its codec for those
     python -m devkit.kafka_specs --check    # exit 1, naming the files, if the vendored ones differ
 
 Only APIs a broker serves (`"listeners"` names "broker") are taken: controller-only APIs never
-reach a client through a broker's listener.
+reach a client through a broker's listener. `valid_versions` reads every request spec's version
+range from the same jar, for tests that compare the proxy's ApiVersions answer with Kafka's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import re
 import sys
 import zipfile
 from pathlib import Path
+
+from kafka.protocol.schemas.fields.base import BaseField
 
 from devkit import kafka
 
@@ -36,14 +39,31 @@ def _parsed(text: str) -> dict:
     return json.loads(_COMMENTS.sub("", text))
 
 
+def _messages(jar: Path) -> dict[str, str]:
+    """file name -> text, for each message spec in the jar."""
+    with zipfile.ZipFile(jar) as z:
+        return {Path(n).name: z.read(n).decode() for n in z.namelist()
+                if n.startswith("common/message/") and n.endswith(".json")}
+
+
+def valid_versions(jar: Path | None = None) -> dict[int, tuple[int, int]]:
+    """API key -> (lowest, highest) of its request's `validVersions`, as Kafka's jar has them
+    (the highest may be a `latestVersionUnstable` one, which a broker does not advertise)."""
+    out: dict[int, tuple[int, int]] = {}
+    for text in _messages(jar or _clients_jar()).values():
+        spec = _parsed(text)
+        if spec.get("type") == "request" and spec.get("validVersions") not in (None, "none"):
+            low, high = BaseField.parse_versions(spec["validVersions"])
+            out[spec["apiKey"]] = (low, high)
+    return out
+
+
 def wanted(jar: Path) -> dict[str, str]:
     """file name -> text, for each request/response pair of a broker API kafka-python lacks."""
     from kafka_quota_proxy.protocol.apis import kafka_python_keys
 
     known = kafka_python_keys()
-    with zipfile.ZipFile(jar) as z:
-        texts = {Path(n).name: z.read(n).decode() for n in z.namelist()
-                 if n.startswith("common/message/") and n.endswith(".json")}
+    texts = _messages(jar)
     out: dict[str, str] = {}
     for name, text in texts.items():
         spec = _parsed(text)
