@@ -70,6 +70,9 @@ class FakeBroker:
         self.port = 0
         self.conns: list[BrokerConn] = []
         self.metadata_topics: list[str] = []  # topics named in every Metadata response
+        # Applied to the broker's own answers (ApiVersions, Metadata) on client connections, to
+        # send a client a damaged one; the proxy's cluster refresh always gets them whole.
+        self.damage: Callable[[RequestHeader, bytes], bytes] | None = None
         self._server: asyncio.Server | None = None
 
     async def start(self, port: int = 0, ssl: SSLContext | None = None) -> FakeBroker:
@@ -129,6 +132,8 @@ class FakeBroker:
     async def _answer(self, conn: BrokerConn, header: RequestHeader, frame: bytes) -> bytes | Chunked | None:
         answer = cluster_answer(header, self.port, self.metadata_topics)
         if answer is not None:
+            if self.damage is not None and header.client_id != PROXY_CLIENT_ID:
+                return self.damage(header, answer)
             return answer
         return await self.handler(conn, header, frame)
 

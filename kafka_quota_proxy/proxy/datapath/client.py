@@ -38,7 +38,13 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
 from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
-from kafka_quota_proxy.proxy.datapath.responses import Pending, check_correlation, request_order
+from kafka_quota_proxy.proxy.datapath.responses import (
+    BadResponse,
+    Pending,
+    check_correlation,
+    describe_request,
+    request_order,
+)
 from kafka_quota_proxy.proxy.datapath.splice import Splice, plain_socket_fd
 from kafka_quota_proxy.proxy.datapath.streaming import StreamingResponses
 from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection, open_upstream_connection
@@ -430,10 +436,13 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             stage.legacy_answer(ctx)
             response = bytes(frame)
         else:
-            check_correlation(ctx, frame)
-            m = self.proxy.metrics.api(ctx.api_key)
-            m.observe_latency(ctx.answered_at - ctx.sent_at)
-            response = self.proxy.pipeline.run_response_stages(ctx, frame)
+            try:
+                check_correlation(ctx, frame)
+                m = self.proxy.metrics.api(ctx.api_key)
+                m.observe_latency(ctx.answered_at - ctx.sent_at)
+                response = self.proxy.pipeline.run_response_stages(ctx, frame)
+            except ProtocolError as exc:
+                raise BadResponse(ctx, exc) from exc
         if ctx.hold is not None:
             self._hold(pending, response, ctx.hold)
             return
@@ -563,6 +572,21 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if self.gate is not None:
             self.gate.resume("throttle")
             self._release()
+
+    def bad_response(self, exc: ProtocolError, broker: str) -> None:
+        """The broker sent what is no answer to this connection's requests, and its connection
+        has been aborted: one line naming the request (a frame that did not even split names
+        the next one due), then this connection is closed too."""
+        if isinstance(exc, BadResponse):
+            answers = exc.answers
+        elif self._awaiting:
+            answers = describe_request(self._awaiting[0].ctx)
+        else:
+            answers = "no request"
+        log.error("closing connection from %s: bad response from broker %s to %s: %s: %s",
+                  self.info.describe(), broker, answers, exc.kind, exc)
+        self._closed = True  # connection_lost follows; nothing more is said about either side
+        self.close()
 
     def upstream_lost(self, reason: str | None) -> None:
         if not self._closed and not self._lingering:

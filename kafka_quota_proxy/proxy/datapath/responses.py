@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from itertools import count
 
+from kafka_quota_proxy.protocol.apis import api_name
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import response_correlation_id
 from kafka_quota_proxy.proxy.chain import Response
@@ -14,6 +15,22 @@ from kafka_quota_proxy.proxy.context import RequestContext
 STREAM = "stream"  # written on to the client piece by piece
 ASSEMBLE = "assemble"  # gathered whole, then handled as any response
 DISCARD = "discard"  # replaced by the proxy's own answer; the pieces are dropped
+
+
+def describe_request(ctx: RequestContext) -> str:
+    """The request a broker's response answers, as a log line names it: API name, the version the
+    broker answers in, and the key."""
+    return f"{api_name(ctx.api_key)} v{ctx.broker_version} (API key {ctx.api_key})"
+
+
+class BadResponse(ProtocolError):
+    """A broker's response that is no valid answer to its request (`check_correlation` or a
+    response stage could not read it): the error, with the request it answers (`answers`)."""
+
+    def __init__(self, ctx: RequestContext, cause: ProtocolError) -> None:
+        super().__init__(str(cause))
+        self.kind = cause.kind
+        self.answers = describe_request(ctx)
 
 
 def check_correlation(ctx: RequestContext, frame: bytes | memoryview) -> None:

@@ -9,15 +9,23 @@ import logging
 from collections import deque
 
 from kafka_quota_proxy.protocol.api_keys import FETCH
+from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece
 from kafka_quota_proxy.protocol.headers import response_body_offset, response_prefix
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
-from kafka_quota_proxy.proxy.datapath.responses import ASSEMBLE, DISCARD, STREAM, Pending, check_correlation
+from kafka_quota_proxy.proxy.datapath.responses import (
+    ASSEMBLE,
+    DISCARD,
+    STREAM,
+    BadResponse,
+    Pending,
+    check_correlation,
+)
 from kafka_quota_proxy.proxy.datapath.splice import SPLICE_FROM, Splice, SpliceFailed
 from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection
-from kafka_quota_proxy.proxy.stages.base import Replacement
+from kafka_quota_proxy.proxy.stages.base import Replacement, ResponseStage
 
 log = logging.getLogger("kafka_quota_proxy.connection")
 
@@ -66,6 +74,14 @@ class StreamingResponses:
             pending.stream = ASSEMBLE
             pending.parts = [memoryview(head.data)]
             return
+        try:
+            self._stream(pending, head, stages)
+        except ProtocolError as exc:
+            raise BadResponse(ctx, exc) from exc
+
+    def _stream(self, pending: Pending, head: FrameHead, stages: tuple[ResponseStage, ...]) -> None:
+        """A Fetch's head through its response stages, then written on (or replaced)."""
+        ctx = pending.ctx
         check_correlation(ctx, head.data)
         m = self.proxy.metrics.api(ctx.api_key)
         m.observe_latency(ctx.answered_at - ctx.sent_at)

@@ -4,7 +4,6 @@ what the broker sends, small ones whole and large ones as they arrive."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import Protocol, cast
 
 from kafka_quota_proxy.config import HostPort
@@ -15,8 +14,6 @@ from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
 from kafka_quota_proxy.proxy.datapath.splice import plain_socket_fd
 from kafka_quota_proxy.proxy.upstream_auth import open_upstream
-
-log = logging.getLogger("kafka_quota_proxy.connection")
 
 # A broker response is not bounded by socket.request.max.bytes (fetch.max.bytes can exceed it),
 # only by the protocol's int32 size.
@@ -44,6 +41,7 @@ class ResponseSink(Protocol):
     def on_response_piece(self, piece: FramePiece) -> None: ...
     def splice_rest(self, upstream: UpstreamConnection) -> None: ...
     def upstream_lost(self, reason: str | None) -> None: ...
+    def bad_response(self, exc: ProtocolError, broker: str) -> None: ...
     def answered_late(self, head: bytes | memoryview) -> None: ...
     def owed_by_broker(self) -> tuple[int, int]: ...
 
@@ -178,12 +176,10 @@ class UpstreamConnection(asyncio.Protocol):
         except ProtocolError as exc:
             client.uncork()  # the responses before the bad one are the client's
             self.proxy.metrics.protocol_errors.labels("broker_" + exc.kind).inc()
-            log.error("bad response from broker %s for client %s: %s",
-                      self.transport.get_extra_info("peername") if self.transport else "?",
-                      self.client.info.describe(), exc)
+            peer = self.transport.get_extra_info("peername") if self.transport is not None else None
             if self.transport is not None:
                 self.transport.abort()
-            self.client.upstream_lost(None)
+            client.bad_response(exc, str(HostPort(peer[0], peer[1])) if isinstance(peer, tuple) else "?")
         else:
             client.uncork()
             if self.fd is not None and self.decoder.streaming_left:
