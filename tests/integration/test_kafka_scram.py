@@ -72,8 +72,13 @@ def test_user_and_user_client_quotas_hold_for_kafkas_own_scram_users(
     rates = {name: (tl.at(hi) - tl.at(lo)) / (hi - lo) / QUOTA for name, tl in timelines.items()}
     print("rate / quota over 11-22 s:", {name: round(r, 2) for name, r in rates.items()})
     assert all(tl.errors == 0 for tl in timelines.values()), rates
-    assert 0.6 < rates["alice (user quota)"] < 1.3, rates
-    assert 0.6 < rates["bob/bulk (user+client-id quota)"] < 1.3, rates
+    # Over a whole window after the first burst a flat-out producer runs a little over its quota,
+    # as on Kafka (whose broker gave one 1.09-1.18x over whole windows): measured 1.05-1.10 in
+    # three runs on 2 cores beside other jobs (2026-11-28). Bytes charged 1.5 times (Rate.record)
+    # read 0.78, which the old bound (over 0.6) let pass. The upper bound catches gross
+    # under-throttling only: the throttle time cut to half read 1.19.
+    assert 0.95 < rates["alice (user quota)"] < 1.2, rates
+    assert 0.95 < rates["bob/bulk (user+client-id quota)"] < 1.2, rates
     assert rates["bob/other (no quota)"] > 2.0, rates  # the same user, another client-id: free
     log = passthrough.log_text()
     assert "authenticated as alice" in log and "authenticated as bob" in log
