@@ -91,8 +91,10 @@ def test_a_token_client_is_held_by_its_owners_quota(token_kafka: KafkaBroker, pa
     rate = float(summary[1]) * RECORD / QUOTA
     print(f"token client: {rate:.2f} of alice's quota over the whole run")
     # Unheld it runs at many times the quota (megabytes a second); held, the first window's
-    # burst is all it gets above it.
-    assert 0.6 < rate < 1.4, produced.stdout[-2000:]
+    # burst is all it gets above it. Measured 0.96, 0.96 and 0.98 of the quota over the whole run
+    # (2026-11-28, 2 cores beside other jobs); bytes charged 1.5 times (Rate.record) read 0.66,
+    # which the old bound (over 0.6) let pass.
+    assert 0.85 < rate < 1.1, produced.stdout[-2000:]
     log = passthrough.log_text()
     assert f"authenticated as alice (the owner of delegation token {token.token_id})" in log
     assert "owner unknown" not in log
