@@ -61,8 +61,11 @@ def test_a_topic_quota_holds_its_share_consumer_and_the_usage_log_counts_it(
     # Held, neither free (it reads ~100x without a quota) nor stalled. Judged over the whole run,
     # as the held share consumer of a client quota is (tests/integration/test_share_groups.py):
     # it moves in window-sized bursts, a fresh rate allowing ten seconds of quota at once and
-    # again each time a burst leaves the window, so a span of a window or two reads 0.4x to 2x.
-    assert 0.5 <= held / QUOTA <= 2.0, rows
+    # again each time a burst leaves the window, so the whole run holds that first burst on top
+    # of its quota. Measured 1.407, 1.408 and 1.406 over 22 s runs (2026-11-28, 2 cores beside
+    # other jobs); bytes charged 1.5 times (Rate.record) read 0.966, which the old bound
+    # (0.5-2.0) let pass.
+    assert 1.25 <= held / QUOTA <= 1.55, rows
 
     # The usage log: the topic's record sets, delivered (a little over the values: batch and
     # record headers), none refused: a ShareFetch's records are never taken out.
