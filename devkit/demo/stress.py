@@ -4,6 +4,12 @@ the cores beside it, counting mismatches by cause, to reproduce a rare loss.
 
     python -m devkit.demo.stress [--runs 50] [--hogs 2,3] [--seconds 20] [--broker tansu]
                                  [--out build/demo-stress]
+    python -m devkit.demo.stress --time-read-back [--hogs 0,3] [--records 105000]
+
+`--time-read-back` instead times the demo's read of the log back through the proxy (Tansu, a
+proxy process, `--records` records of 1 KiB in 64 KiB batches over 3 partitions, as a demo of
+20 s leaves them) once beside each count of busy loops: the demo gave that read 20 s until it
+said how far it got.
 
 Run i has hogs[i % len(hogs)] busy loops beside it. A run's verdict is the demo's own: MATCH, or
 MISMATCH with the cause line of devkit/demo/diagnosis.py (the broker's loss, or the proxy's or
@@ -89,6 +95,46 @@ def read_back_took(out: str) -> str:
     return f"; read back: {m[1]}" if m else ""
 
 
+def time_read_back(records: int, counts: list[int]) -> None:
+    """Prints how long devkit.demo.clients.read_back takes over a demo-sized log, beside each
+    count of busy loops."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from devkit.demo.clients import read_back, record_key
+    from devkit.processes import ProxyProcess
+    from devkit.tansu import Broker
+
+    broker = Broker().start()
+    try:
+        proxy = ProxyProcess(broker.address, broker.node_id()).start()
+        try:
+            topic = "read-back"
+            admin = AdminClient({"bootstrap.servers": broker.address})  # alive until the answer
+            admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+            p = Producer({"bootstrap.servers": broker.address, "linger.ms": 10, "batch.size": 65536})
+            value = b"x" * 1024
+            for seq in range(records):
+                while True:
+                    try:
+                        p.produce(topic, value, key=record_key(0, seq))
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+            assert p.flush(60) == 0
+            for n in counts:
+                drop_caches()
+                with hogs(n):
+                    found = read_back(proxy.bootstrap, topic, 3, seconds=300)
+                end = "" if found.complete else " (not to the end)"
+                print(f"{n} hog(s): read {len(found):,} of {records:,} records back through the proxy "
+                      f"in {found.seconds:.1f} s{end}", flush=True)
+        finally:
+            proxy.stop()
+    finally:
+        broker.stop()
+
+
 def cause_kind(v: str) -> str:
     """A verdict without its counts, to count verdicts by kind."""
     return re.sub(r"[\d,]+ record\(s\)", "N record(s)", v)
@@ -101,6 +147,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seconds", type=float, default=20.0, help="each demo's --seconds (default 20)")
     p.add_argument("--broker", choices=("tansu", "kafka"), default="tansu")
     p.add_argument("--out", type=Path, default=Path("build/demo-stress"))
+    p.add_argument("--time-read-back", action="store_true",
+                   help="time the demo's read of the log back instead, beside each --hogs count")
+    p.add_argument("--records", type=int, default=105_000, help="records for --time-read-back")
     a = p.parse_args(argv)
     try:
         counts = [int(x) for x in a.hogs.split(",")]
@@ -108,6 +157,9 @@ def main(argv: list[str]) -> int:
         p.error(f"--hogs takes counts separated by commas, not {a.hogs!r}")
     if a.runs <= 0 or a.seconds <= 0 or not counts or min(counts) < 0:
         p.error("--runs and --seconds must be positive, --hogs counts not negative")
+    if a.time_read_back:
+        time_read_back(a.records, counts)
+        return 0
     a.out.mkdir(parents=True, exist_ok=True)
     tally: Counter[str] = Counter()
     read_backs = 0  # runs whose live consumer passed over records that the read back found
