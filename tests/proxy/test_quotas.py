@@ -304,3 +304,30 @@ def test_throttled_fetch_keeps_a_larger_broker_throttle() -> None:
                           user="ANONYMOUS", client_id="c") == 50
             c.close()
     run(scenario())
+
+
+def test_shutdown_drains_every_connection_after_a_muted_client_reset_its_own() -> None:
+    """A throttled client that closes while the proxy is not reading it is not seen to go; the
+    broker's answer then meets a closed socket and the client's kernel resets it, still unseen.
+    The drain's half-close (write_eof) on that socket raised, and ended the shutdown there, the
+    connections after it never drained (found by test_produce_answers_properties.py). Now it is
+    aborted, and the shutdown goes on: another client's connection is closed after its answer."""
+    script = Script()
+    script.produce_delay = 0.05  # the client has closed before the answer comes
+
+    async def scenario() -> None:
+        async with running(script, quota={"window_num": 2},
+                           quotas=[{"client-id": "c", "producer_byte_rate": 1000}]) as h:
+            freeze(h)
+            c = await connect(h)
+            other = await connect(h, client_id="free")
+            await c.send(produce(7, 2000))  # over quota: the proxy stops reading this client
+            c.close()  # FIN, unseen while the proxy is not reading
+            await asyncio.sleep(0.2)  # the answer meets the closed socket: the client resets
+            await other.send(produce(7, 100))
+            shutdown = asyncio.ensure_future(h.proxy.shutdown())
+            await other.recv(produce(7, 100))  # in flight: answered before the close
+            assert await asyncio.wait_for(other.reader.read(), 10) == b""  # then half-closed
+            other.close()  # and closed once the client closes its side
+            await asyncio.wait_for(shutdown, 2)  # not the 5 s shutdown timeout
+    run(scenario())

@@ -47,7 +47,7 @@ from kafka_quota_proxy.proxy.datapath.responses import (
 )
 from kafka_quota_proxy.proxy.datapath.splice import Splice, plain_socket_fd
 from kafka_quota_proxy.proxy.datapath.streaming import StreamingResponses
-from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection, open_upstream_connection
+from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection, half_close, open_upstream_connection
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 
 log = logging.getLogger("kafka_quota_proxy.connection")
@@ -665,8 +665,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if not transport.can_write_eof():
             transport.close()
             return
-        transport.write_eof()  # after what is still buffered
-        self._linger_timer = self.proxy.loop.call_later(LINGER_SECONDS, self._end_linger)
+        if half_close(transport):  # after what is still buffered
+            self._linger_timer = self.proxy.loop.call_later(LINGER_SECONDS, self._end_linger)
 
     def _end_linger(self) -> None:
         self._linger_timer = None

@@ -73,6 +73,18 @@ async def open_upstream_connection(proxy: ConnectionHost, client: ResponseSink,
     return upstream
 
 
+def half_close(transport: asyncio.WriteTransport) -> bool:
+    """Send the FIN after what is still buffered. False, the transport aborted, where the peer
+    has reset the connection unseen (its reading paused, the proxy had not noticed): then
+    nothing more can reach it, and write_eof raises."""
+    try:
+        transport.write_eof()
+    except OSError:
+        transport.abort()
+        return False
+    return True
+
+
 class UpstreamConnection(asyncio.Protocol):
     """The proxy's connection to a broker on behalf of one client connection."""
 
@@ -119,7 +131,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.gate.reasons.clear()
             transport.resume_reading()
         if transport.can_write_eof():
-            transport.write_eof()  # after the buffered writes
+            half_close(transport)  # or aborted, where the broker reset it unseen
             return
         self._heard_at = self.proxy.loop.time()
         self._settle()
