@@ -44,11 +44,16 @@ REPLICAS = {"proxy": ("localhost:9092", 9404), "proxy-2": ("localhost:9192", 950
 PORTS = [9092, 9094, 9192, 9194, 9404, 9504, 9090]  # what docker-compose.yml publishes
 QUOTA = 1_048_576  # demo-limited's producer_byte_rate in deploy/compose/proxy*.yaml
 WINDOW = 11.0  # Kafka's quota window: 11 one-second samples
-# docs/cluster-quotas.md: replicas sharing a store hold a flat-out client to its quota within
-# -10.5%..+3.9% and no 11 s window over 1.3x, with several connections of one client-id up to
-# 1.20x (issue 27); two replicas apart would give 2x.
-MEAN_BOUNDS = (0.85, 1.2)
-WORST_WINDOW = 1.3
+# Two producers of one client-id, one through each replica, the replicas sharing a store: each
+# connection is throttled on its own, as on Kafka, so together they run a little over the quota
+# (several connections of one client-id reached up to 1.20x: docs/quotas.md, "Many connections,
+# one quota"); two replicas apart would give 2x. Measured 1.09, 1.12 and 1.09 together, fullest
+# windows 1.12x, 1.17x and 1.13x (2026-11-28, three runs; the old bounds were 0.85-1.2 and 1.3x).
+# Not yet shown failing on a broken copy: two tries (bytes charged 1.2 times in Rate.record; the
+# other replica's bytes counted 1.5 times in SharedRate.set_totals) read 1.14 / 1.18x and
+# 1.09 / 1.12x, as the real code does, which is not understood.
+MEAN_BOUNDS = (0.95, 1.2)
+WORST_WINDOW = 1.25
 
 
 class PodmanService:
