@@ -29,7 +29,8 @@ class SampleProducer(threading.Thread):
     until stopped. Then it either flushes, or (`purge_at_end`) drops what is still queued in the
     client, unsent, and waits only for the requests in flight.
 
-    `acked` holds the keys the broker acknowledged; records purged or failed are not in it."""
+    `acked_at` holds the keys the broker acknowledged, with where; records purged or failed are
+    not in it."""
 
     def __init__(self, config: dict[str, Any], client_id: str, index: int, topic: str,
                  rate: int | None, size: int, quota: float | None, purge_at_end: bool) -> None:
@@ -44,7 +45,6 @@ class SampleProducer(threading.Thread):
         self.purge_at_end = purge_at_end
         self.payload = (b"kafka-quota-proxy demo " * (size // 23 + 1))[:size]
         self.halt = threading.Event()
-        self.acked: set[int] = set()
         self.acked_at: dict[int, tuple[int, int]] = {}  # key -> the (partition, offset) acknowledged
         self.purged_in_flight: set[int] = set()  # sent, then given up on: on the broker or not
         self.records = 0
@@ -61,6 +61,11 @@ class SampleProducer(threading.Thread):
     @property
     def key(self) -> str:
         return f"producer.{self.index}"
+
+    @property
+    def acked(self) -> set[int]:
+        """The keys the broker acknowledged."""
+        return set(self.acked_at)
 
     @property
     def throttle(self) -> Throttle:
@@ -89,7 +94,6 @@ class SampleProducer(threading.Thread):
                 self.errors += 1
                 self.last_error = str(err)
             return
-        self.acked.add(seq)
         self.acked_at[seq] = (msg.partition(), msg.offset())
         self.records += 1
         self.bytes += len(msg) + len(msg.key())
