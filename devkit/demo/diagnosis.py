@@ -62,25 +62,16 @@ def verdict(lookups: Iterable[Lookup]) -> str:
     return "cause: " + "; ".join(parts) if parts else "cause: none"
 
 
-Run = list[tuple[int, int]]  # (offset, key) of consecutive offsets in one partition
+Records = list[tuple[int, int]]  # (offset, key) in one partition, by offset
 
 
-def _runs(acked: dict[int, tuple[int, int]], missing: Iterable[int]) -> list[tuple[int, Run]]:
-    """The missing records as (partition, [(offset, seq), ...]) runs of consecutive offsets."""
-    by_partition: dict[int, list[tuple[int, int]]] = {}
-    for seq in missing:
-        partition, offset = acked[seq]
-        by_partition.setdefault(partition, []).append((offset, seq))
-    runs: list[tuple[int, Run]] = []
-    for partition in sorted(by_partition):
-        run: Run = []
-        for offset, seq in sorted(by_partition[partition]):
-            if run and offset != run[-1][0] + 1:
-                runs.append((partition, run))
-                run = []
-            run.append((offset, seq))
-        runs.append((partition, run))
-    return runs
+def _by_partition(acked: dict[int, tuple[int, int]], missing: Iterable[int]) -> dict[int, Records]:
+    """The missing records by partition, each partition's in offset order."""
+    found: dict[int, Records] = {}
+    for key in missing:
+        partition, offset = acked[key]
+        found.setdefault(partition, []).append((offset, key))
+    return {p: sorted(found[p]) for p in sorted(found)}
 
 
 def look_up(broker: str, topic: str, acked: dict[int, tuple[int, int]], missing: Iterable[int],
@@ -98,13 +89,11 @@ def look_up(broker: str, topic: str, acked: dict[int, tuple[int, int]], missing:
     c = Consumer({"bootstrap.servers": broker, "client.id": "kqp-demo-direct-read",
                   "group.id": "kqp-demo-unused", "enable.auto.commit": False,
                   "enable.partition.eof": True})
-    runs = _runs(acked, missing)
     found: list[Lookup] = []
     deadline = time.monotonic() + seconds
     try:
-        for partition in sorted({p for p, _ in runs}):
-            wanted = {offset: seq.to_bytes(8, "big") for p, run in runs if p == partition
-                      for offset, seq in run}
+        for partition, records in _by_partition(acked, missing).items():
+            wanted = {offset: key.to_bytes(8, "big") for offset, key in records}
             seen: dict[int, Any] = {}  # the keys at the wanted offsets
             offsets: list[int] = []  # every offset read past the first wanted one
             first = min(wanted)
@@ -122,20 +111,18 @@ def look_up(broker: str, topic: str, acked: dict[int, tuple[int, int]], missing:
                     elif err.code() == KafkaError._PARTITION_EOF:
                         end = offset
             c.unassign()
-            for p, run in runs:
-                if p == partition:
-                    found.extend(_same(partition, run, _judge(run, wanted, seen, sorted(offsets), end,
-                                                              seconds)))
+            results = _judge(records, wanted, seen, sorted(offsets), end, seconds)
+            found.extend(_same(partition, records, results))
     finally:
         c.close()
     return found
 
 
-def _judge(run: Run, wanted: dict[int, bytes], seen: dict[int, Any], offsets: list[int],
+def _judge(records: Records, wanted: dict[int, bytes], seen: dict[int, Any], offsets: list[int],
            end: int | None, seconds: float) -> dict[int, tuple[str, str]]:
-    """What the read found at each of `run`'s offsets."""
+    """What the read found at each record's offset."""
     results: dict[int, tuple[str, str]] = {}
-    for offset, _ in run:
+    for offset, _ in records:
         after = offsets[bisect.bisect_right(offsets, offset)] if offsets and offsets[-1] > offset else None
         if offset in seen:
             results[offset] = ((ON_BROKER, "") if seen[offset] == wanted[offset]
@@ -149,10 +136,10 @@ def _judge(run: Run, wanted: dict[int, bytes], seen: dict[int, Any], offsets: li
     return results
 
 
-def _same(partition: int, run: Run, results: dict[int, tuple[str, str]]) -> list[Lookup]:
-    """`run`'s offsets grouped where consecutive ones were found alike."""
+def _same(partition: int, records: Records, results: dict[int, tuple[str, str]]) -> list[Lookup]:
+    """The records' offsets, consecutive ones found alike grouped into one Lookup."""
     out: list[Lookup] = []
-    for offset, _ in run:
+    for offset, _ in records:
         found, detail = results[offset]
         prev = out[-1] if out else None
         if prev is not None and prev.found == found and prev.detail == detail and prev.last == offset - 1:
