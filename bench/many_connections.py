@@ -28,7 +28,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -52,6 +53,12 @@ class Result:
     worst_window: float  # bytes in the fullest sliding 11 s window
     errors: int
     since: float  # seconds after the start that the span began (span_start)
+    worst_at: float = 0.0  # where the fullest window starts, seconds after the start
+    # consumers: each member's assignments and revocations, (seconds after the start, what), and
+    # the group's stalls in the span, (from, seconds): what can make a window fuller than the
+    # quota (a stalled entity's rate empties, and it takes the stall's worth at once after)
+    rebalances: list[tuple[float, str]] = field(default_factory=list)
+    stalls: list[tuple[float, float]] = field(default_factory=list)
 
 
 def broker_quota(broker: KafkaBroker, key: str, value: int | None) -> None:
@@ -86,12 +93,22 @@ def fill(bootstrap: str, topic: str, partitions: int, megabytes: int) -> None:
         raise RuntimeError(f"filling {topic}: records left unacknowledged")
 
 
-def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, out: Timeline) -> None:
+def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, out: Timeline,
+         rebalances: list[tuple[float, str]] | None = None) -> None:
     """A member of `group` under client-id `bulk`, reading from the earliest offsets: the bytes of
-    the records it read, every 0.25 s."""
+    the records it read, every 0.25 s; each assignment and revocation it is given goes into
+    `rebalances`, with when."""
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": CLIENT_ID, "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
+    seen = rebalances if rebalances is not None else []
+
+    def note(what: str) -> Callable[[Any, list[Any]], None]:
+        def called(_: Any, partitions: list[Any]) -> None:
+            seen.append((time.monotonic() - start,
+                         f"{what} {','.join(str(tp.partition) for tp in partitions) or '-'}"))
+        return called
+
+    c.subscribe([topic], on_assign=note("assigned"), on_revoke=note("revoked"))
     done, next_mark = 0, 0.0
     try:
         while (elapsed := time.monotonic() - start) < seconds:
@@ -110,6 +127,7 @@ def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seco
             warm_up: float, batch_kib: int = 1024) -> Result:
     start = time.monotonic() + (0.5 if kind == "produce" else 8.0)  # a group joins first
     timelines = [Timeline() for _ in range(clients)]
+    rebalances: list[list[tuple[float, str]]] = [[] for _ in range(clients)]
     group = f"g-{topic}"
     work: Callable[[int], None]
     if kind == "produce":
@@ -118,7 +136,7 @@ def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seco
                     config={"batch.size": str(batch_kib * 1024)})
     else:
         def work(i: int) -> None:
-            read(bootstrap, topic, group, start, seconds, timelines[i])
+            read(bootstrap, topic, group, start, seconds, timelines[i], rebalances[i])
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
         thread.start()
@@ -134,7 +152,39 @@ def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seco
                            f"before {seconds:.0f} s (the group read its first record late?)")
     rate = (done(seconds) - done(since)) / (seconds - since)
     worst = fullest_window(done, since, seconds)
-    return Result(path, kind, clients, rate, worst, sum(tl.errors for tl in timelines), since)
+    events = sorted((t, f"member {i}: {what}") for i, member in enumerate(rebalances) for t, what in member)
+    return Result(path, kind, clients, rate, worst, sum(tl.errors for tl in timelines), since,
+                  fullest_at(done, since, seconds), events,
+                  stalls(done, since, seconds) if kind == "consume" else [])
+
+
+def fullest_at(done: Callable[[float], int], start: float, end: float) -> float:
+    """Where the fullest sliding window of fullest_window starts (the first, of equals)."""
+    best, best_at, at = -1, start, start
+    while at + SLIDING_S <= end:
+        n = done(at + SLIDING_S) - done(at)
+        if n > best:
+            best, best_at = n, at
+        at += 0.25
+    return best_at
+
+
+def stalls(done: Callable[[float], int], start: float, end: float,
+           shortest: float = 2.0) -> list[tuple[float, float]]:
+    """The spans of at least `shortest` seconds from `start` to `end` in which `done` (stepped
+    every 0.25 s) did not grow: (from, seconds)."""
+    out: list[tuple[float, float]] = []
+    since, last, at = start, done(start), start
+    while at <= end:
+        now = done(at)
+        if now != last:
+            if at - 0.25 - since >= shortest:
+                out.append((since, at - 0.25 - since))
+            since, last = at, now
+        at += 0.25
+    if end - since >= shortest:
+        out.append((since, end - since))
+    return out
 
 
 def span_start(kind: str, timelines: Sequence[Timeline], warm_up: float) -> float:
@@ -185,7 +235,12 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
         name = f"{r.kind}, {r.clients} {'producers' if r.kind == 'produce' else 'consumers'}, {r.path}"
         rows.append((f"{name}: average / quota, {r.since:.1f}-{seconds:.0f} s", f"{r.rate / QUOTA:.3f}"))
         worst = r.worst_window / (QUOTA * SLIDING_S)
-        rows.append((f"{name}: worst {SLIDING_S:.0f} s window", f"{worst:.3f}x"))
+        rows.append((f"{name}: worst {SLIDING_S:.0f} s window", f"{worst:.3f}x from {r.worst_at:.1f} s"))
+        if r.kind == "consume":
+            rows.append((f"{name}: stalls of 2 s or more in the span",
+                         ", ".join(f"{d:.1f} s from {t:.1f} s" for t, d in r.stalls) or "none"))
+            rows.append((f"{name}: assignments and revocations",
+                         "; ".join(f"{t:.1f} s {what}" for t, what in r.rebalances) or "none"))
         if r.errors:
             rows.append((f"{name}: delivery errors", str(r.errors)))
     rows.append(("load average at the end", " ".join(f"{x:.1f}" for x in os.getloadavg())))

@@ -21,6 +21,18 @@ the aggregate within 5% of the quota, no 11 s window over 1.3 times the quota's 
     python -m bench.shared_accuracy                      # 3 and 10 replicas, 75 s per shape, both kinds
     python -m bench.shared_accuracy --replicas 2 --seconds 20 --warm-up 10   # a quick look
     python -m bench.shared_accuracy --kinds consume --batch-kib 64   # finer fetches
+
+The same demand through fewer replicas, another enforcement, or `--workers`: `--clients N` runs N
+clients spread over the replicas in turn (client i through replica i mod R; by default one a
+replica), `--set KEY=VALUE` adds settings under each replica's `quota:`, and `--workers N` runs
+each replica with N workers:
+
+    python -m bench.shared_accuracy --replicas 1 --clients 3 --shapes even   # one replica alone
+    python -m bench.shared_accuracy --replicas 3 --shapes even --set byte_rate_enforcement=paced
+    python -m bench.shared_accuracy --replicas 1 --workers 2 --clients 3 --shapes even
+
+Producers send batches of up to 128 KiB; `--produce-batch-kib 1024` gives librdkafka's own
+default, issue 27's workload.
 """
 
 from __future__ import annotations
@@ -29,9 +41,11 @@ import argparse
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+
+import yaml
 
 from devkit.processes import ProxyProcess
 from devkit.producing import Timeline, consume, fill, produce, start_replicas
@@ -62,6 +76,7 @@ def _pace(shape: str, index: int, replicas: int) -> Callable[[float], float | No
 class Result:
     replicas: int
     shape: str
+    clients: int
     rate: float  # bytes/s over the measured period
     worst_window: float  # bytes in the fullest sliding 11 s window
     errors: int
@@ -94,13 +109,33 @@ def _fetched_bytes(proxies: Sequence[ProxyProcess], start: float, out: list[Time
         done.wait(0.25)
 
 
-def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
-              seconds: float, warm_up: float, kind: str = "produce", batch_kib: int = 1024) -> Result:
-    prefix = f"acc{replicas}{shape}{kind}{int(time.time())}"
+def fleet_config(valkey_url: str, prefix: str, kind: str, quota: Mapping[str, object] | None = None,
+                 workers: int = 1) -> dict[str, object]:
+    """Each replica's settings: the one client-id's quota of `kind`, enforced fleet-wide through
+    the store; `quota` adds settings under `quota:` (an enforcement mode, say)."""
     key = "producer_byte_rate" if kind == "produce" else "consumer_byte_rate"
-    config = {"quota": {"scope": "cluster"},
-              "quotas": [{"client-id": CLIENT_ID, key: QUOTA}],
-              "store": {"url": valkey.url, "key_prefix": prefix}}
+    config: dict[str, object] = {"quota": {"scope": "cluster", **(quota or {})},
+                                 "quotas": [{"client-id": CLIENT_ID, key: QUOTA}],
+                                 "store": {"url": valkey_url, "key_prefix": prefix}}
+    if workers > 1:
+        config["workers"] = workers
+    return config
+
+
+def replica_of(client: int, replicas: int) -> int:
+    """The replica client `client` goes through: the clients spread over the replicas in turn."""
+    return client % replicas
+
+
+def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
+              seconds: float, warm_up: float, kind: str = "produce", batch_kib: int = 1024,
+              clients: int | None = None, quota: Mapping[str, object] | None = None,
+              workers: int = 1, produce_batch_kib: int = 128) -> Result:
+    """One run: `clients` clients (one a replica by default) of the one client-id through
+    `replicas` replicas of `workers` workers each."""
+    clients = replicas if clients is None else clients
+    prefix = f"acc{replicas}x{workers}c{clients}{shape}{kind}{int(time.time())}"
+    config = fleet_config(valkey.url, prefix, kind, quota, workers)
     with ExitStack() as stack:
         topic = f"acc-{prefix}"
         proxies = start_replicas(stack, broker.address, node_id, replicas, config, topic)
@@ -110,11 +145,13 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
             # (the quota's worth over the run, and a new client's first burst, a window's worth).
             fill(broker.address, topic, int((total + 2 * SLIDING_S) * QUOTA / MIB), batch_kib * 1024)
         start = time.monotonic() + 0.5
-        timelines = [Timeline() for _ in proxies]
+        timelines = [Timeline() for _ in range(clients)]
         work = produce if kind == "produce" else consume
+        # A producer's batch.size (devkit's 128 KiB by default; librdkafka's own is 1 MB).
+        options = {"config": {"batch.size": produce_batch_kib * 1024}} if kind == "produce" else {}
         threads = [threading.Thread(target=work, daemon=True, args=(
-            p.bootstrap, topic, CLIENT_ID, start, total, timelines[i], _pace(shape, i, replicas)))
-            for i, p in enumerate(proxies)]
+            proxies[replica_of(i, replicas)].bootstrap, topic, CLIENT_ID, start, total,
+            timelines[i], _pace(shape, i, clients)), kwargs=options) for i in range(clients)]
         fetched = [Timeline() for _ in proxies]  # what the quota counts of a consumer
         done = threading.Event()
         if kind == "consume":
@@ -122,10 +159,10 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
                                             args=(proxies, start, fetched, done)))
         for thread in threads:
             thread.start()
-        for thread in threads[:len(proxies)]:
+        for thread in threads[:clients]:
             thread.join(total + 120)
         done.set()
-        for thread in threads[len(proxies):]:
+        for thread in threads[clients:]:
             thread.join(10)
         # How often the replicas could not sync in time (each failure leaves the others' bytes
         # one more interval late; two in a row degrade the replica to its local share).
@@ -139,12 +176,14 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
 
     rate = (acked(total) - acked(warm_up)) / seconds
     worst = fullest_window(acked, warm_up, total)
-    return Result(replicas, shape, rate, worst, sum(tl.errors for tl in timelines), store_errors,
-                  degradations)
+    return Result(replicas, shape, clients, rate, worst, sum(tl.errors for tl in timelines),
+                  store_errors, degradations)
 
 
 def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
-        warm_up: float = 15.0, kinds: Sequence[str] = KINDS, batch_kib: int = 1024) -> list[tuple[str, str]]:
+        warm_up: float = 15.0, kinds: Sequence[str] = KINDS, batch_kib: int = 1024,
+        clients: int | None = None, quota: Mapping[str, object] | None = None,
+        workers: int = 1, produce_batch_kib: int = 128) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     with ExitStack() as stack:
         broker = Broker().start()
@@ -156,8 +195,8 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
             for replicas in fleets:
                 for shape in shapes:
                     r = run_shape(broker, node_id, valkey, replicas, shape, seconds, warm_up, kind,
-                                  batch_kib)
-                    name = f"{kind}, {replicas} replicas, {shape}"
+                                  batch_kib, clients, quota, workers, produce_batch_kib)
+                    name = run_name(kind, replicas, workers, r.clients, shape)
                     rows.append((f"{name}: aggregate over {seconds:.0f} s",
                                  f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
                     rows.append((f"{name}: fullest {SLIDING_S:.0f} s window",
@@ -170,6 +209,26 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
     return rows
 
 
+def run_name(kind: str, replicas: int, workers: int, clients: int, shape: str) -> str:
+    fleet = f"{replicas} replica{'s' if replicas > 1 else ''}"
+    if workers > 1:
+        fleet += f" of {workers} workers"
+    if clients != replicas:
+        fleet += f", {clients} clients"
+    return f"{kind}, {fleet}, {shape}"
+
+
+def settings(items: Sequence[str]) -> dict[str, object]:
+    """`KEY=VALUE` items as settings under `quota:`; a clear error for one without `=`."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected KEY=VALUE (a setting under quota:)")
+        out[key] = yaml.safe_load(value)  # as the config file would read it: 100 is a number
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.shared_accuracy")
     ap.add_argument("--replicas", type=int, nargs="*", default=[3, 10])
@@ -180,9 +239,20 @@ def main() -> None:
     ap.add_argument("--batch-kib", type=int, default=1024,
                     help="the size of the batches a consumer's partition is filled with, KiB: a "
                          "fetch brings whole batches, so this sets how coarse its all-or-nothing is")
+    ap.add_argument("--produce-batch-kib", type=int, default=128,
+                    help="a producer's batch.size, KiB (default 128; librdkafka's own is 1024)")
+    ap.add_argument("--clients", type=int, default=None,
+                    help="clients of the one client-id, spread over the replicas in turn "
+                         "(default: one a replica)")
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="quota",
+                    help="settings under each replica's `quota:` (byte_rate_enforcement=paced, say)")
+    ap.add_argument("--workers", type=int, default=1, help="workers of each replica (default 1)")
     args = ap.parse_args()
+    if args.clients is not None and args.clients < 1 or args.workers < 1:
+        ap.error("--clients and --workers take a number of at least 1")
     for name, value in run(args.replicas, args.shapes, args.seconds, args.warm_up, args.kinds,
-                           args.batch_kib):
+                           args.batch_kib, args.clients, settings(args.quota), args.workers,
+                           args.produce_batch_kib):
         print(f"{name:55s} {value}")
 
 

@@ -31,3 +31,14 @@ def test_two_replicas_move_bytes_under_the_shared_quota(broker: Broker, broker_n
     assert r.rate > 0
     assert r.errors == 0
     assert r.store_errors <= 8 and r.degradations <= 3
+
+
+def test_one_replica_of_two_workers_paces_two_clients(broker: Broker, broker_node_id: int,
+                                                      valkey: ValkeyServer) -> None:
+    # The options issue 27's fleet runs use: two clients through one replica of two workers,
+    # paced. Bytes move, with no delivery error (the accuracy is make bench's).
+    r = run_shape(broker, broker_node_id, valkey, 1, "even", seconds=4.0, warm_up=0.0,
+                  clients=2, quota={"byte_rate_enforcement": "paced"}, workers=2)
+    assert r.clients == 2
+    assert r.rate > 0
+    assert r.errors == 0
