@@ -558,12 +558,14 @@ def kafka_and_proxy(connections: Sequence[int] = (1, 3, 10)) -> list[Case]:
             for n in connections for server in SERVERS]
 
 
-def paced(connections: Sequence[int] = (1, 3, 10), replicas: Sequence[int] = (1, 3, 10)) -> list[Case]:
+def paced(connections: Sequence[int] = (1, 3, 10), replicas: Sequence[int] = (1, 3, 10),
+          sizes: Sequence[int] | None = None) -> list[Case]:
     """`quota.byte_rate_enforcement: paced`: N connections on one proxy, and spread over R
-    replicas sharing the quota."""
+    replicas sharing the quota; `sizes`: the batches and fetches, bytes (by default 1 MB and
+    128 KiB)."""
+    sizes = (LIBRDKAFKA_BATCH, 128 * 1024) if sizes is None else sizes
     return [Case("proxy", n, kind, r, "paced", batch_bytes=batch)
-            for kind, batch in (("produce", LIBRDKAFKA_BATCH), ("produce", 128 * 1024),
-                                ("consume", LIBRDKAFKA_BATCH), ("consume", 128 * 1024))
+            for kind in ("produce", "consume") for batch in sizes
             for r in replicas for n in connections if n >= r]
 
 
@@ -580,12 +582,16 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=55.0)
     ap.add_argument("--measured-from", type=float, default=11.0)
+    ap.add_argument("--sizes-kib", type=int, nargs="*", default=None, metavar="KIB",
+                    help="the paced table's batch and fetch sizes, KiB (default: 1 MB and 128); "
+                         "bench.shared_accuracy's consumers fetch about 1,950 KiB at a time")
     args = ap.parse_args()
     cases = []
     if "kafka" in args.table:
         cases += kafka_and_proxy(args.connections)
     if "paced" in args.table:
-        cases += paced(args.connections, args.replicas)
+        sizes = None if args.sizes_kib is None else [k * 1024 for k in args.sizes_kib]
+        cases += paced(args.connections, args.replicas, sizes)
     for case in cases:
         name, value = measure(case, args.seeds, args.seconds, args.measured_from)
         print(f"{name:75s} {value}", flush=True)

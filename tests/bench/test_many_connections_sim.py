@@ -8,7 +8,7 @@ from statistics import mean
 
 import pytest
 
-from bench.many_connections_sim import LIBRDKAFKA_BATCH, Case, Outcome, measure, simulate
+from bench.many_connections_sim import LIBRDKAFKA_BATCH, Case, Outcome, measure, paced, simulate
 
 
 def long_run(server: str, connections: int, kind: str = "produce", batch_bytes: int = LIBRDKAFKA_BATCH,
@@ -79,3 +79,23 @@ def test_paced_consumers_of_one_group_get_their_quota(replicas: int) -> None:
     for batch in (LIBRDKAFKA_BATCH, 128 * 1024):
         out = simulate("proxy", 3, kind="consume", replicas=replicas, enforcement="paced", batch_bytes=batch)
         assert 0.95 <= out.rate <= 1.05 and out.worst <= 1.2, (batch, out)
+
+
+def test_the_paced_table_takes_other_sizes() -> None:
+    """`--sizes-kib`: the 1,950 KiB fetches bench.shared_accuracy's consumers made on real fleets."""
+    cases = paced(connections=[3], replicas=[3], sizes=[1950 * 1024])
+    assert [(c.kind, c.connections, c.replicas, c.batch_bytes) for c in cases] == [
+        ("produce", 3, 3, 1950 * 1024), ("consume", 3, 3, 1950 * 1024)]
+    assert {c.batch_bytes for c in paced()} == {LIBRDKAFKA_BATCH, 128 * 1024}
+
+
+@pytest.mark.xfail(strict=True, reason="issue 27: paced replicas take 2 MB turns together")
+def test_paced_replicas_hold_two_megabyte_fetches() -> None:
+    """What the real fleets showed (docs/cluster-quotas.md): fetches of about 2 MB, two seconds
+    of quota each, spread over 3 replicas fill 11 s windows to 1.26-1.44x in the simulation
+    (1.39x measured), where the option's target is 1.2x. Strict: once the fleet holds them, this
+    passes, fails as an unexpected pass, and the mark comes off."""
+    for seed in (1, 2, 3):
+        out = simulate("proxy", 3, kind="consume", replicas=3, enforcement="paced",
+                       batch_bytes=1950 * 1024, seed=seed)
+        assert 0.95 <= out.rate <= 1.05 and out.worst <= 1.2, (seed, out)
