@@ -15,7 +15,7 @@ the most in any sliding 11 s window over that span, stepped every 0.25 s.
 
     python -m bench.many_connections                          # 1, 3 and 10 producers, 3 consumers
     python -m bench.many_connections --producers 3 --consumers 0
-    python -m bench.many_connections --paths proxy --proxy-quota enforcement=smooth
+    python -m bench.many_connections --paths proxy --proxy-quota byte_rate_enforcement=paced
 
 Printed, never asserted. Kafka and the proxy share this machine's cores with the clients.
 """
@@ -26,7 +26,7 @@ import argparse
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +34,7 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.shared_accuracy import SLIDING_S, fullest_window
+from bench.shared_accuracy import SLIDING_S, fullest, settings
 from devkit.kafka import KafkaBroker, run_tool
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD, Timeline, produce
@@ -151,22 +151,10 @@ def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seco
         raise RuntimeError(f"{path}: the {kind} span starts at {since:.1f} s, too late for a window "
                            f"before {seconds:.0f} s (the group read its first record late?)")
     rate = (done(seconds) - done(since)) / (seconds - since)
-    worst = fullest_window(done, since, seconds)
+    worst, worst_at = fullest(done, since, seconds)
     events = sorted((t, f"member {i}: {what}") for i, member in enumerate(rebalances) for t, what in member)
     return Result(path, kind, clients, rate, worst, sum(tl.errors for tl in timelines), since,
-                  fullest_at(done, since, seconds), events,
-                  stalls(done, since, seconds) if kind == "consume" else [])
-
-
-def fullest_at(done: Callable[[float], int], start: float, end: float) -> float:
-    """Where the fullest sliding window of fullest_window starts (the first, of equals)."""
-    best, best_at, at = -1, start, start
-    while at + SLIDING_S <= end:
-        n = done(at + SLIDING_S) - done(at)
-        if n > best:
-            best, best_at = n, at
-        at += 0.25
-    return best_at
+                  worst_at, events, stalls(done, since, seconds) if kind == "consume" else [])
 
 
 def stalls(done: Callable[[float], int], start: float, end: float,
@@ -201,7 +189,7 @@ def span_start(kind: str, timelines: Sequence[Timeline], warm_up: float) -> floa
 
 def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequence[str] = PATHS,
         seconds: float = 55.0, warm_up: float = SLIDING_S,
-        proxy_quota: dict[str, str] | None = None, batch_kib: int = 1024) -> list[tuple[str, str]]:
+        proxy_quota: Mapping[str, object] | None = None, batch_kib: int = 1024) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     results: list[Result] = []
     with ExitStack() as stack:
@@ -259,9 +247,8 @@ def main() -> None:
     ap.add_argument("--proxy-quota", nargs="*", default=[], metavar="KEY=VALUE",
                     help="settings under the proxy's `quota:` (e.g. a quota enforcement mode)")
     args = ap.parse_args()
-    settings = dict(item.split("=", 1) for item in args.proxy_quota)
     for name, value in run(args.producers, args.consumers, args.paths, args.seconds, args.warm_up,
-                           settings, args.batch_kib):
+                           settings(args.proxy_quota, "--proxy-quota"), args.batch_kib):
         print(f"{name:55s} {value}", flush=True)
 
 

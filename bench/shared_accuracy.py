@@ -84,14 +84,22 @@ class Result:
     degradations: int  # times a replica went degraded
 
 
-def fullest_window(done: Callable[[float], int], start: float, end: float) -> int:
+def fullest(done: Callable[[float], int], start: float, end: float) -> tuple[int, float]:
     """The most bytes in any sliding SLIDING_S window from `start` to `end` (seconds), stepped
-    every 0.25 s; `done(t)` is the bytes counted by time t."""
-    worst, at = 0, start
+    every 0.25 s, and where the first window holding that many starts; `done(t)` is the bytes
+    counted by time t."""
+    worst, worst_at, at = 0, start, start
     while at + SLIDING_S <= end:
-        worst = max(worst, done(at + SLIDING_S) - done(at))
+        n = done(at + SLIDING_S) - done(at)
+        if n > worst:
+            worst, worst_at = n, at
         at += 0.25
-    return worst
+    return worst, worst_at
+
+
+def fullest_window(done: Callable[[float], int], start: float, end: float) -> int:
+    """The bytes of `fullest`'s window."""
+    return fullest(done, start, end)[0]
 
 
 def _fetched_bytes(proxies: Sequence[ProxyProcess], start: float, out: list[Timeline],
@@ -218,13 +226,14 @@ def run_name(kind: str, replicas: int, workers: int, clients: int, shape: str) -
     return f"{kind}, {fleet}, {shape}"
 
 
-def settings(items: Sequence[str]) -> dict[str, object]:
-    """`KEY=VALUE` items as settings under `quota:`; a clear error for one without `=`."""
+def settings(items: Sequence[str], flag: str = "--set") -> dict[str, object]:
+    """`KEY=VALUE` items (of the option `flag`) as settings under `quota:`; a clear error for one
+    without `=`."""
     out: dict[str, object] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"--set {item!r}: expected KEY=VALUE (a setting under quota:)")
+            raise SystemExit(f"{flag} {item!r}: expected KEY=VALUE (a setting under quota:)")
         out[key] = yaml.safe_load(value)  # as the config file would read it: 100 is a number
     return out
 

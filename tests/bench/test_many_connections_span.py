@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from bench.many_connections import fullest_at, span_start, stalls
+from bench.many_connections import span_start, stalls
+from bench.shared_accuracy import fullest
 from devkit.producing import Timeline
 
 
@@ -48,4 +49,4 @@ def test_the_fullest_window_is_found_where_it_starts() -> None:
     # 1 byte a second, then 100 bytes at 20 s: the first window holding them starts at 9 s
     # (9 + 11 = 20), from a span from 0 to 30 s.
     marks = [(float(t), t) for t in range(20)] + [(20.0, 120), (30.0, 130)]
-    assert fullest_at(steps(*marks), 0.0, 30.0) == 9.0
+    assert fullest(steps(*marks), 0.0, 30.0) == (120 - 9, 9.0)

@@ -43,3 +43,8 @@ def test_set_reads_values_as_the_config_file_would() -> None:
 def test_a_setting_without_a_key_and_value_is_refused_clearly(item: str) -> None:
     with pytest.raises(SystemExit, match="expected KEY=VALUE"):
         settings([item])
+
+
+def test_the_refusal_names_the_option_it_came_from() -> None:
+    with pytest.raises(SystemExit, match="--proxy-quota 'paced': expected KEY=VALUE"):
+        settings(["paced"], "--proxy-quota")

@@ -3,7 +3,6 @@ the demo, the benchmarks or the tests (a generic top-level `proxy` package colli
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -34,21 +33,15 @@ def test_the_wheel_holds_one_top_level_package(project_wheel: Path) -> None:
 
 
 @pytest.mark.slow
-def test_an_editable_install_prints_nothing(tmp_path: Path) -> None:
+def test_an_editable_install_prints_nothing(project_source: Path, tmp_path: Path) -> None:
     """`make`'s install (`pip install --quiet -e .`) says nothing: setuptools once printed a boxed
     notice about its editable-install finder, then a deprecation of the license table, into the
     first lines of a newcomer's `make demo`."""
-    source = tmp_path / "src"
-    source.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, source / name)
-    shutil.copytree(REPO / "kafka_quota_proxy", source / "kafka_quota_proxy",
-                    ignore=shutil.ignore_patterns("__pycache__"))
     # This venv's pip (as new as `make` makes it: a fresh venv's older pip hides the notice),
     # installing into a prefix of its own.
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                            "--disable-pip-version-check", "--no-deps", "--prefix",
-                           str(tmp_path / "prefix"), "-e", str(source)],
+                           str(tmp_path / "prefix"), "-e", str(project_source)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout + done.stderr == ""
