@@ -44,7 +44,8 @@ own in turn, so the rate settles where N requests per throttle balance it.
 The option `quota.byte_rate_enforcement: paced` is modelled as the proxy does it: a Produce or
 Fetch read off any connection of the entity waits, unhandled, until the entity's pace lets it in
 (`QuotaCharge.hold_ms`); a Fetch answered when another connection took the turn meanwhile is
-answered empty (`QuotaSettle`).
+answered empty (`QuotaSettle`). Replicas take turns through the store's queue (quota/turns.py,
+`Queues` here); `--no-turns` shows them taking their chance of a turn at each read instead.
 
     python -m bench.many_connections_sim                      # both tables, issue 27's span, 3 seeds
     python -m bench.many_connections_sim --table kafka --connections 3 --seconds 300 --measured-from 20
@@ -70,6 +71,7 @@ from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.resolution import QuotaStore
+from kafka_quota_proxy.quota.turns import Turns
 
 QUOTA = 1_000_000  # bytes/s, issue 27's producer_byte_rate
 CLIENT_ID = "bulk"
@@ -416,7 +418,7 @@ class Consumer:
 
 
 def _engines(replicas: int, kind: str, clock: Clock, settings: QuotaSettings,
-             sync_ms: float, seed: int) -> list[QuotaEngine]:
+             sync_ms: float, seed: int, turns: bool = True) -> list[QuotaEngine]:
     key = QuotaKey.PRODUCER_BYTE_RATE if kind == "produce" else QuotaKey.CONSUMER_BYTE_RATE
     quotas = {QuotaEntity(client_id=CLIENT_ID): {key: float(QUOTA)}}
     engines = []
@@ -427,21 +429,58 @@ def _engines(replicas: int, kind: str, clock: Clock, settings: QuotaSettings,
             engine.shared.live_replicas = replicas
             engine.shared.read_every_ms = sync_ms
             engine.shared.rng = random.Random(seed * 1000 + index)
+            if turns:
+                engine.shared.turns = Turns(sync_ms)
         engines.append(engine)
     if replicas > 1:
         _sync(clock, engines, sync_ms)
     return engines
 
 
+class Queues:
+    """The store's queues of turns (quota/turns.py), ideal: per key, each replica's claim (the
+    order it first asked in, when it last asked); a claim not renewed for `stale_ms` is dropped,
+    as a dead replica's."""
+
+    def __init__(self, stale_ms: float) -> None:
+        self.stale_ms = stale_ms
+        self.claims: dict[str, dict[int, tuple[int, float]]] = {}
+        self.order = itertools.count()
+
+    def sync(self, replica: int, left: Sequence[str], waiting: Sequence[str],
+             now: float) -> tuple[set[str], set[str]]:
+        """One replica's claims given up and made or renewed; (the keys it heads, the keys
+        another replica waits on too)."""
+        for key in left:
+            self.claims.get(key, {}).pop(replica, None)
+        for key in waiting:
+            queue = self.claims.setdefault(key, {})
+            order = queue[replica][0] if replica in queue else next(self.order)
+            queue[replica] = (order, now)
+        heads, crowded = set(), set()
+        for key in waiting:
+            queue = self.claims[key]
+            for r in [r for r, (_, at) in queue.items() if now - at > self.stale_ms]:
+                del queue[r]
+            if min(queue, key=lambda r: queue[r][0]) == replica:
+                heads.add(key)
+            if len(queue) > 1:
+                crowded.add(key)
+        return heads, crowded
+
+
 def _sync(clock: Clock, engines: Sequence[QuotaEngine], sync_ms: float) -> None:
     """Every replica syncs every `sync_ms` with an ideal store: its absolute counts in, the sums
-    over all replicas out (`bench.shared_sim`'s store)."""
+    over all replicas out (`bench.shared_sim`'s store), and its claims on the paced quotas'
+    queues."""
     store: dict[str, dict[int, dict[int, int]]] = {}
+    queues = Queues(3 * sync_ms)
 
     def sync(i: int) -> None:
         registry = engines[i].shared
         assert registry is not None
         now = int(clock.now)
+        turns = registry.turns
         for batch in registry.collect(now):
             for key, writes in batch.writes.items():
                 for sample, value in writes.items():
@@ -449,6 +488,8 @@ def _sync(clock: Clock, engines: Sequence[QuotaEngine], sync_ms: float) -> None:
             totals = {key: {s: sum(store.get(key, {}).get(s, {}).values()) for s in wanted}
                       for key, wanted in batch.reads.items()}
             registry.applied(batch, totals, False, now)
+        if turns is not None:
+            turns.answered(*queues.sync(i, *turns.claims(now), now))
         clock.at(clock.now + sync_ms, lambda: sync(i))
 
     for i in range(len(engines)):
@@ -464,14 +505,15 @@ class Outcome:
 def simulate(server: str = "proxy", connections: int = 3, kind: str = "produce", replicas: int = 1,
              enforcement: str = "kafka", client: str = "librdkafka", batch_bytes: int = LIBRDKAFKA_BATCH,
              seconds: float = 55.0, measured_from: float = 11.0, seed: int = 1,
-             timing: Timing = Timing(), sync_ms: float = 100.0) -> Outcome:
+             timing: Timing = Timing(), sync_ms: float = 100.0, turns: bool = True) -> Outcome:
     """One run: `connections` clients flat out from t=0 for `seconds`, measured from
-    `measured_from` on."""
+    `measured_from` on. `turns`: the store keeps the paced quotas' turns (quota/turns.py), as
+    the proxy's store does; False, each replica takes its chance of a turn."""
     clock = Clock(seed, timing)
     settings = QuotaSettings(scope="cluster" if replicas > 1 else "broker", byte_rate_enforcement=enforcement)
     if server == "kafka" and replicas != 1:
         raise ValueError("Kafka's broker shares no quota between brokers")
-    engines = _engines(replicas, kind, clock, settings, sync_ms, seed)
+    engines = _engines(replicas, kind, clock, settings, sync_ms, seed, turns)
     clients: list[Producer | Consumer] = []
 
     def answered(request: Request) -> None:
@@ -530,19 +572,22 @@ class Case:
     enforcement: str = "kafka"
     client: str = "librdkafka"
     batch_bytes: int = LIBRDKAFKA_BATCH
+    turns: bool = True
 
     def name(self) -> str:
         b = self.batch_bytes
         size = f"{b // 1000} kB" if b % 1024 else f"{b // 1024} KiB"
         where = "Kafka" if self.server == "kafka" else (
-            f"proxy {self.enforcement}" + (f", {self.replicas} replicas" if self.replicas > 1 else ""))
+            f"proxy {self.enforcement}" + (f", {self.replicas} replicas" if self.replicas > 1 else "")
+            + ("" if self.turns or self.replicas == 1 else ", no turns"))
         unit = "fetches" if self.kind == "consume" else "batches"
         return f"{self.kind}, {self.connections} conns, {size} {unit} ({self.client}), {where}"
 
 
 def measure(case: Case, seeds: int, seconds: float, measured_from: float) -> tuple[str, str]:
     results = [simulate(case.server, case.connections, case.kind, case.replicas, case.enforcement,
-                        case.client, case.batch_bytes, seconds, measured_from, seed)
+                        case.client, case.batch_bytes, seconds, measured_from, seed,
+                        turns=case.turns)
                for seed in range(1, seeds + 1)]
     rates = [o.rate for o in results]
     worst = [o.worst for o in results]
@@ -559,12 +604,13 @@ def kafka_and_proxy(connections: Sequence[int] = (1, 3, 10)) -> list[Case]:
 
 
 def paced(connections: Sequence[int] = (1, 3, 10), replicas: Sequence[int] = (1, 3, 10),
-          sizes: Sequence[int] | None = None) -> list[Case]:
+          sizes: Sequence[int] | None = None, turns: bool = True) -> list[Case]:
     """`quota.byte_rate_enforcement: paced`: N connections on one proxy, and spread over R
     replicas sharing the quota; `sizes`: the batches and fetches, bytes (by default 1 MB and
-    128 KiB)."""
+    128 KiB); `turns`: False for replicas taking their chance of a turn, without the store's
+    queue."""
     sizes = (LIBRDKAFKA_BATCH, 128 * 1024) if sizes is None else sizes
-    return [Case("proxy", n, kind, r, "paced", batch_bytes=batch)
+    return [Case("proxy", n, kind, r, "paced", batch_bytes=batch, turns=turns)
             for kind in ("produce", "consume") for batch in sizes
             for r in replicas for n in connections if n >= r]
 
@@ -580,6 +626,9 @@ def main() -> None:
     ap.add_argument("--connections", type=int, nargs="*", default=[1, 3, 10])
     ap.add_argument("--replicas", type=int, nargs="*", default=[1, 3, 10])
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--no-turns", action="store_true",
+                    help="paced replicas take their chance of a turn, without the store's queue "
+                         "(as before it kept one)")
     ap.add_argument("--seconds", type=float, default=55.0)
     ap.add_argument("--measured-from", type=float, default=11.0)
     ap.add_argument("--sizes-kib", type=int, nargs="*", default=None, metavar="KIB",
@@ -591,7 +640,7 @@ def main() -> None:
         cases += kafka_and_proxy(args.connections)
     if "paced" in args.table:
         sizes = None if args.sizes_kib is None else [k * 1024 for k in args.sizes_kib]
-        cases += paced(args.connections, args.replicas, sizes)
+        cases += paced(args.connections, args.replicas, sizes, not args.no_turns)
     for case in cases:
         name, value = measure(case, args.seeds, args.seconds, args.measured_from)
         print(f"{name:75s} {value}", flush=True)

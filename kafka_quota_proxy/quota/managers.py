@@ -149,11 +149,18 @@ class ClientQuotaManager(_ResolvedQuota):
                       handles: dict[object, ChargeHandle] | None = None, admit: bool = False) -> int:
         """(`quota.byte_rate_enforcement: paced`) How long until this client's next bytes may be
         let in (`Rate.paced_wait_ms`; `admit`: for a request about to be read, `Rate.admit_wait_ms`):
-        0 when they may come now, or when no quota applies. Records nothing and makes no sensor."""
+        0 when they may come now, or when no quota applies. Records nothing; makes the client's
+        sensor for a request about to be read (`admit`) where a quota applies, so that a fleet's
+        replicas ask for a turn for their first request too (quota/turns.py): without it each of
+        10 replicas let its first 2 MB fetch in at once."""
         found = self._measured(user, client_id, now_ms, handles)
+        if found is None and admit:
+            found = self._made(user, client_id, now_ms)
         if found is None:
             return 0
         rate = found[0]
+        if admit:
+            rate.paced_at(found[1])
         wait = rate.admit_wait_ms(now_ms) if admit else rate.paced_wait_ms(now_ms)
         return _clamp_throttle(math.ceil(wait)) if wait > 0 else 0
 
@@ -167,6 +174,19 @@ class ClientQuotaManager(_ResolvedQuota):
             return 0
         rate, bound = found
         return _clamp_throttle(math.ceil(rate.pace_ms(size, bound, now_ms)))
+
+    def _made(self, user: str, client_id: str | None, now_ms: float) -> tuple[Rate, float] | None:
+        """The client's sensor, made if it has none, and its quota; None where no quota applies
+        or the entity cap is reached."""
+        res = self.resolver.resolve_if_enabled(user, client_id)
+        if res is None or res.quota is None:
+            return None
+        make = self.stats.rate
+        sensor_key = res.sensor_key
+        handle = self.sensors.handle(sensor_key, now_ms, lambda: make(sensor_key))
+        if handle is None:
+            return None
+        return cast(Rate, handle.stat), res.quota
 
     def _measured(self, user: str, client_id: str | None, now_ms: float,
                   handles: dict[object, ChargeHandle] | None) -> tuple[Rate, float] | None:

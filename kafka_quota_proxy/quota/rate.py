@@ -223,6 +223,12 @@ class Rate:
         here; with the quota shared, maybe a little longer (`SharedRate.admit_wait_ms`)."""
         return self._admit_at - now_ms
 
+    def paced_at(self, bound: float) -> None:
+        """(`quota.byte_rate_enforcement: paced`) The quota this stat's bytes are paced at, told
+        before the first `pace`: a rate shared with other replicas then paces the others' bytes
+        it reads from the first read on (`SharedRate.set_totals`), not from its own first bytes."""
+        self._pace_bound = bound
+
     def pace(self, size: float, bound: float, now_ms: float) -> float:
         """(`quota.byte_rate_enforcement: paced`) Let `size` bytes in at `now_ms`: they are paid
         for `size / bound` after the later of the paced time and `now_ms` less the credit a

@@ -29,6 +29,7 @@ from typing import Literal, Protocol, TypeVar
 
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
+from kafka_quota_proxy.quota.turns import Turns
 
 FailurePolicy = Literal["local_share", "open", "closed"]
 
@@ -314,12 +315,28 @@ class SharedRate(AlignedCounts, Rate):
         # Until the next read, the others are taken to go on as they lately did, `ratio` bytes for
         # each of this replica's (as for Kafka's rate, `others_rate`): this replica's own bytes
         # are paced at its part of the quota, and the read puts the others' real bytes in place
-        # of that guess (`set_totals`). While the store is out of reach, at its share of it.
+        # of that guess (`set_totals`). Where the store keeps turns, at the whole quota: the
+        # others wait for their turn (quota/turns.py). While the store is out of reach, at its
+        # share of it.
         degraded = self.degraded
-        return 1.0 / (1.0 + self.ratio) if degraded is None else degraded.share
+        if degraded is not None:
+            return degraded.share
+        return 1.0 if self.home.turns is not None else 1.0 / (1.0 + self.ratio)
 
     def admit_wait_ms(self, now_ms: float) -> float:
         wait = self._admit_at - now_ms
+        home = self.home
+        turns = home.turns
+        if turns is not None and self.degraded is None:
+            # The store keeps turns (quota/turns.py): due, the client goes when this replica's
+            # claim heads the queue, else at a read. Its stat is read again if it was let go for
+            # being idle while its client was muted, so that it learns the others' bytes.
+            if not self.listed:
+                home.relist(self)
+            if wait <= 0 and self.key not in turns.heads:
+                wait = home.until_next_read_ms(now_ms)
+            turns.wait(self.key, now_ms + wait)
+            return wait
         ratio = self.ratio
         if wait > 0 or not ratio or self.degraded is not None:
             return wait
@@ -331,6 +348,15 @@ class SharedRate(AlignedCounts, Rate):
             return wait
         return self.home.until_next_read_ms(now_ms)
 
+    def pace(self, size: float, bound: float, now_ms: float) -> float:
+        turns = self.home.turns
+        if turns is None or self.degraded is not None:
+            return Rate.pace(self, size, bound, now_ms)
+        start = max(self._admit_at, now_ms - self._pace_credit_ms())
+        at = Rate.pace(self, size, bound, now_ms)
+        turns.paid(self.key, start, self._admit_at)
+        return at
+
     def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
         bound = self._pace_bound
         if bound is None or self.degraded is not None:
@@ -338,7 +364,9 @@ class SharedRate(AlignedCounts, Rate):
             return
         first = self.part < 0  # never read: `totals` holds every retained sample
         own = self.since_read
-        guessed = self.ratio * own  # the others' bytes `pace` took them to add meanwhile
+        # The others' bytes `pace` took them to add meanwhile: none where the store keeps turns
+        # (the others wait for theirs).
+        guessed = 0.0 if self.home.turns is not None else self.ratio * own
         before = {s: self.others.get(s, 0) for s in totals}
         AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
         # The pace is made again from the read on: the others' new bytes in place of the guess,
@@ -513,6 +541,9 @@ class SharedQuotas:
         self.read_every_ms = 100.0  # the sync's interval
         self.read_ms = -math.inf  # the `now_ms` of the last read
         self.rng = random.Random()  # a fetch's chance of its part of the headroom (judge_fetch)
+        # The paced quotas' turns, where the store keeps a queue of them (quota/turns.py): set by
+        # a sync whose store does; None, each replica takes its chance of a turn (admit_wait_ms).
+        self.turns: Turns | None = None
 
     # -- made by the quota managers' sensor stores --------------------------------------------------
 
