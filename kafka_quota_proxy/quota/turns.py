@@ -79,6 +79,10 @@ class Turns:
                 left.add(key)
         return sorted(left), sorted(self._waiting)
 
+    def give_back(self, left: list[str]) -> None:
+        """The sync that was to take `left` off the store's queues failed: the next one does."""
+        self._left.update(left)
+
     def answered(self, heads: set[str], crowded: set[str]) -> None:
         """The store's queues as read: where this replica's claims are first, and which hold
         another replica's claim. A claim given up since is not first."""

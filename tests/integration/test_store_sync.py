@@ -20,6 +20,7 @@ from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.shared import SharedRate, bucket_of
+from kafka_quota_proxy.quota.turns import Turns
 
 pytestmark = pytest.mark.integration
 
@@ -268,3 +269,102 @@ def test_a_slow_store_does_not_trip_the_watchdog(valkey_relay: Relay) -> None:
     assert min(sync._recent_ms) > 200  # the premise: each sync took longer than two intervals
     assert statistics.median(sync._recent_ms) < 450
     assert not ever_degraded
+
+
+def _turns(replica: Replica) -> Turns:
+    turns = replica.engine.shared.turns if replica.engine.shared is not None else None
+    assert turns is not None  # a sync keeps turns on the store
+    return turns
+
+
+def test_replicas_take_turns_in_the_order_they_asked(valkey: ValkeyServer) -> None:
+    """The paced quotas' queue (scripts.TAKE_TURNS, quota/turns.py): the first to ask heads it;
+    one giving its turn up goes to the back; a replica that stops asking (dead) leaves it."""
+    clock = [time.monotonic_ns() // 1_000_000]
+    quotas = {QuotaEntity(client_id="app"): {QuotaKey.CONSUMER_BYTE_RATE: 1000.0}}
+    a, b, c = (Replica(valkey.url, "s9", quotas, clock) for _ in range(3))
+    key = "consume|cluster|app"
+    later = clock[0] + 60_000  # the clients wait for a minute: no claim lapses here
+
+    async def scenario() -> list[tuple[set[str], set[str]]]:
+        seen = []
+        for r in (a, b, c):  # connected first (see the cluster test below)
+            assert await r.sync.sync_once()
+        for r in (a, b, c):  # each asks in turn, synced in that order
+            _turns(r).wait(key, later)
+            assert await r.sync.sync_once()
+        for r in (a, b, c):
+            assert await r.sync.sync_once()
+        seen += [(set(_turns(r).heads), set(_turns(r).crowded)) for r in (a, b, c)]
+        _turns(a).leave(key)  # a's turn is over; its client still waits: at the back
+        _turns(a).wait(key, later)
+        for r in (a, b, c, a):
+            assert await r.sync.sync_once()
+        seen += [(set(_turns(r).heads), set(_turns(r).crowded)) for r in (a, b, c)]
+        # b dies: after twice the sync's staleness its claim is dropped, and c's heads the queue.
+        until = time.monotonic() + 2 * b.sync.stale_after_ms() / 1000 + 0.1
+        while time.monotonic() < until:  # a and c go on syncing
+            for r in (a, c):
+                assert await r.sync.sync_once()
+            await asyncio.sleep(0.1)
+        for r in (a, c):
+            assert await r.sync.sync_once()
+        seen += [(set(_turns(r).heads), set(_turns(r).crowded)) for r in (a, c)]
+        for r in (a, b, c):
+            await r.sync.close()
+        return seen
+
+    seen = asyncio.run(scenario())
+    one = {key}
+    assert seen[:3] == [(one, one), (set(), one), (set(), one)]
+    assert seen[3:6] == [(set(), one), (one, one), (set(), one)]
+    assert seen[6:] == [(set(), one), (one, one)]
+    queue = valkey.command("HKEYS", f"{{s9:b{bucket_of(key, 4)}}}:q:{key}")
+    members = sorted(r.decode() if isinstance(r, bytes) else r for r in queue)
+    assert members == sorted([a.sync.replica, c.sync.replica])
+
+
+def test_a_replica_alone_in_the_queue_heads_it_and_is_not_crowded(valkey: ValkeyServer) -> None:
+    clock = [time.monotonic_ns() // 1_000_000]
+    quotas = {QuotaEntity(client_id="app"): {QuotaKey.CONSUMER_BYTE_RATE: 1000.0}}
+    a = Replica(valkey.url, "s10", quotas, clock)
+
+    async def scenario() -> tuple[set[str], set[str], set[str]]:
+        _turns(a).wait("k", clock[0] + 60_000)
+        assert await a.sync.sync_once()
+        heads, crowded = set(_turns(a).heads), set(_turns(a).crowded)
+        _turns(a).leave("k")  # given up, not asked again: off the queue
+        assert await a.sync.sync_once()
+        await a.sync.close()
+        return heads, crowded, _turns(a).heads
+
+    heads, crowded, after = asyncio.run(scenario())
+    assert (heads, crowded, after) == ({"k"}, set(), set())
+    assert valkey.command("EXISTS", f"{{s10:b{bucket_of('k', 4)}}}:q:k") in (0, b"0")
+
+
+def test_on_a_valkey_cluster_each_buckets_queues_are_one_call_to_one_node(
+        valkey_cluster: ValkeyCluster) -> None:
+    clock = [time.monotonic_ns() // 1_000_000]
+    quotas = {QuotaEntity(client_id="app"): {QuotaKey.CONSUMER_BYTE_RATE: 1000.0}}
+    a, b = (Replica(valkey_cluster.url, "c9", quotas, clock, cluster=True) for _ in range(2))
+    keys = [f"k{i}" for i in range(12)]  # spread over the buckets, so over the masters
+    assert len({bucket_of(k, 4) for k in keys}) == 4
+
+    async def scenario() -> tuple[set[str], set[str], set[str]]:
+        # Connected first: a first sync that connects to a cluster may outlast a claim's life
+        # (twice the sync's staleness limit) on a loaded machine, and a's claims would be gone.
+        assert await a.sync.sync_once() and await b.sync.sync_once()
+        for k in keys:
+            _turns(a).wait(k, clock[0] + 60_000)
+        assert await a.sync.sync_once()
+        for k in keys[:6]:
+            _turns(b).wait(k, clock[0] + 60_000)
+        assert await b.sync.sync_once() and await a.sync.sync_once()
+        out = set(_turns(a).heads), set(_turns(a).crowded), set(_turns(b).heads)
+        await a.sync.close()
+        await b.sync.close()
+        return out
+
+    heads_a, crowded_a, heads_b = asyncio.run(scenario())
+    assert (heads_a, crowded_a, heads_b) == (set(keys), set(keys[:6]), set())

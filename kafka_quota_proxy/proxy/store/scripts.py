@@ -13,6 +13,10 @@ one sync of a bucket is one script call on one node. Per bucket:
 Every key expires (PEXPIRE) two windows after the last sample it could count in: dead replicas'
 numbers leave with their samples.
 
+- `{p:bN}:q:<entity>`: a HASH, the queue of the replicas waiting for a turn on a paced quota:
+  field "<replica>" = "<order> <server ms last claimed>" (quota/turns.py); `{p:bN}:qn` numbers
+  the claims.
+
 Outside the buckets: `{p}:replicas`, a sorted set of replica heartbeats (score: the server's
 time in ms), and `{p}:quotas` / `{p}:quotas:v`, the quotas set through the API and their version.
 """
@@ -144,6 +148,56 @@ redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 10)
 return {now, redis.call('ZCARD', KEYS[1])}
 """
 
+# The paced quotas' turns (quota/turns.py). KEYS[1] = the bucket's counter of claims; then one
+# queue per entity, a HASH: field <replica> = "<order> <server ms last claimed>". ARGV: replica,
+# stale_ms (a claim not renewed for this long is a dead replica's: dropped), ttl_ms, then per
+# queue its mode: 0 give the claim up, 1 give it up and claim anew (at the back), 2 claim or
+# renew. Returns, per queue claimed (modes 1 and 2, in order): whether this replica's claim heads
+# it (1/0), and whether another replica's is in it too (1/0).
+TAKE_TURNS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local replica = ARGV[1]
+local stale = tonumber(ARGV[2])
+local ttl = tonumber(ARGV[3])
+local out = {}
+for k = 2, #KEYS do
+  local queue = KEYS[k]
+  local mode = ARGV[k + 2]
+  if mode ~= '2' then
+    redis.call('HDEL', queue, replica)
+  end
+  if mode ~= '0' then
+    local mine = redis.call('HGET', queue, replica)
+    local order
+    if mine then
+      order = string.match(mine, '^(%d+)')
+    else
+      order = redis.call('INCR', KEYS[1])
+    end
+    redis.call('HSET', queue, replica, order .. ' ' .. now)
+    redis.call('PEXPIRE', queue, ttl)
+    local all = redis.call('HGETALL', queue)
+    local head, head_order, n = nil, nil, 0
+    for j = 1, #all, 2 do
+      local o, at = string.match(all[j + 1], '^(%d+) (%d+)$')
+      o = tonumber(o)
+      if now - tonumber(at) > stale then
+        redis.call('HDEL', queue, all[j])
+      else
+        n = n + 1
+        if head_order == nil or o < head_order then
+          head, head_order = all[j], o
+        end
+      end
+    end
+    out[#out + 1] = (head == replica) and 1 or 0
+    out[#out + 1] = (n > 1) and 1 or 0
+  end
+end
+return out
+"""
+
 # KEYS[1] = the quotas HASH, KEYS[2] = its version. ARGV: (field, value-or-empty)*, where an
 # empty value is a removal (kept as a tombstone: "" wins over the replicas' YAML files).
 SET_QUOTAS = """
@@ -167,6 +221,12 @@ def bucket_keys(prefix: str, bucket: int, samples: list[int], kind: str = "b") -
         keys.append(f"{tag}:c:{s}")
         keys.append(f"{tag}:t:{s}")
     return keys
+
+
+def turn_keys(prefix: str, bucket: int, entities: list[str]) -> list[str]:
+    """`TAKE_TURNS`' keys: the bucket's counter of claims, then each entity's queue."""
+    tag = bucket_tag(prefix, bucket, "b")
+    return [f"{tag}:qn", *(f"{tag}:q:{e}" for e in entities)]
 
 
 # KEYS: per (user, window) group, its window's set and the window before's. ARGV: ttl_ms, then

@@ -29,11 +29,16 @@ from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.store import scripts
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.shared import SharedIds, SharedQuotas, SyncBatch, bucket_of
+from kafka_quota_proxy.quota.turns import Turns
 
 log = logging.getLogger("kafka_quota_proxy.store")
 
 
 CONFIRM_S = 0.02  # how long the watchdog waits to look again before it degrades the replica
+
+
+# One `TAKE_TURNS` call: its keys, its arguments, the keys it claims in the order it answers.
+TurnCall = tuple[list[str], list[Any], list[str]]
 
 
 def monotonic_ms() -> float:
@@ -121,6 +126,8 @@ class StoreSync:
             self.registries.append(("p", id_rates))
         for _, registry in self.registries:
             registry.read_every_ms = float(settings.sync_interval_ms)
+        # The store keeps the paced byte rates' turns (quota/turns.py, scripts.TAKE_TURNS).
+        shared.turns = Turns(float(settings.sync_interval_ms))
         self.ids = ids
         self.config = config
         self._config_version: int | None = None  # the store's quotas version last adopted
@@ -382,10 +389,24 @@ class StoreSync:
         now = self.clock()
         work = [(kind, registry, batch) for kind, registry in self.registries
                 for batch in registry.collect(now, self.settle_ms)]
+        calls = [self._bucket_call(kind, registry, batch) for kind, registry, batch in work]
+        turns = self.shared.turns
+        left, waiting = turns.claims(now) if turns is not None else ([], [])
+        try:
+            return await self._sync_calls(version, work, calls, left, waiting)
+        except BaseException:
+            if turns is not None:
+                turns.give_back(left)
+            raise
+
+    async def _sync_calls(self, version: bool, work: list[tuple[str, SharedQuotas, SyncBatch]],
+                          calls: list[tuple[list[str], list[Any], list[tuple[str, list[int]]]]],
+                          left: list[str], waiting: list[str]) -> int | None:
         beat = self._script("heartbeat", scripts.HEARTBEAT)
         beat_keys, beat_args = self._heartbeat_call()
         script = self._script("sync", scripts.SYNC_BUCKET)
-        calls = [self._bucket_call(kind, registry, batch) for kind, registry, batch in work]
+        take = self._script("turns", scripts.TAKE_TURNS)
+        turn_calls = self._turn_calls(left, waiting)
         _, version_key = scripts.quota_keys(self.settings.key_prefix)
         sent = self.clock()
         if self.settings.cluster:
@@ -393,6 +414,7 @@ class StoreSync:
             if version:
                 asked.append(self.client.get(version_key))
             asked += [script(keys=keys, args=args) for keys, args, _ in calls]
+            asked += [take(keys=keys, args=args) for keys, args, _ in turn_calls]
             outs = await asyncio.gather(*asked)
         else:
             # EVALSHA straight into the pipeline: redis-py's own way with scripts first asks the
@@ -406,11 +428,13 @@ class StoreSync:
                         pipe.get(version_key)
                     for keys, args, _ in calls:
                         pipe.evalsha(script.sha, len(keys), *keys, *args)
+                    for keys, args, _ in turn_calls:
+                        pipe.evalsha(take.sha, len(keys), *keys, *args)
                     outs = await pipe.execute(raise_on_error=False)
                 missing = _no_script_error()
                 if attempt == 2 or not any(isinstance(o, missing) for o in outs):
                     break
-                for loaded in (beat, script):
+                for loaded in (beat, script, take):
                     await self.client.script_load(loaded.script)
         self._apply_heartbeat(outs[0], sent, self.clock())
         raw = None
@@ -419,9 +443,47 @@ class StoreSync:
             if isinstance(raw, Exception):
                 raise raw
         first = 2 if version else 1
-        for (kind, registry, batch), (_, _, reads), out in zip(work, calls, outs[first:], strict=True):
+        buckets_end = first + len(calls)
+        for (kind, registry, batch), (_, _, reads), out in zip(work, calls, outs[first:buckets_end],
+                                                                strict=True):
             self._apply_bucket(kind, registry, batch, reads, out)
+        self._apply_turns(turn_calls, outs[buckets_end:])
         return int(raw) if raw is not None else None
+
+    def _turn_calls(self, left: list[str], waiting: list[str]) -> list[TurnCall]:
+        """One `TAKE_TURNS` call per bucket with claims to give up or make: its keys, its
+        arguments, and the keys claimed, in the order the answer gives them."""
+        if not left and not waiting:
+            return []
+        modes: dict[str, int] = {key: 0 for key in left}
+        for key in waiting:
+            modes[key] = 1 if key in modes else 2
+        by_bucket: dict[int, list[str]] = {}
+        for key in modes:
+            by_bucket.setdefault(bucket_of(key, self.shared.buckets), []).append(key)
+        stale = 2 * self.stale_after_ms()
+        calls = []
+        for bucket, keys in sorted(by_bucket.items()):
+            args: list[Any] = [self.replica, int(stale), int(10 * stale), *(modes[k] for k in keys)]
+            calls.append((scripts.turn_keys(self.settings.key_prefix, bucket, keys), args,
+                          [k for k in keys if modes[k]]))
+        return calls
+
+    def _apply_turns(self, calls: list[TurnCall], outs: list[Any]) -> None:
+        turns = self.shared.turns
+        if turns is None:
+            return
+        heads: set[str] = set()
+        crowded: set[str] = set()
+        for (_, _, claimed), out in zip(calls, outs, strict=True):
+            if isinstance(out, Exception):
+                raise out
+            for i, key in enumerate(claimed):
+                if int(out[2 * i]):
+                    heads.add(key)
+                if int(out[2 * i + 1]):
+                    crowded.add(key)
+        turns.answered(heads, crowded)
 
     def _bucket_call(self, kind: str, registry: SharedQuotas,
                      batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
