@@ -97,6 +97,8 @@ RULES: dict[str, Rule] = {
     P + "store_degraded": MAX,  # 1 while any worker is
     P + "store_replicas": MAX,  # every worker reads the same heartbeats
     P + "store_entities": SUM,
+    P + "store_turns_waiting": SUM,  # each worker claims turns of its own
+    P + "store_turns_heading": SUM,
 }
 COUNTING_TYPES = ("counter", "histogram", "summary")  # what a dead worker's last counts carry on
 
