@@ -24,16 +24,13 @@ import argparse
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.processes import ProxyProcess
-from devkit.tansu import Broker
+from devkit.tansu import tansu_and_proxy
 
 PARTITIONS = 3
 VALUE = b"x" * 1000  # the demo's 1 KiB records
@@ -164,24 +161,9 @@ def one_round(address: str, broker_address: str, topic: str, seconds: float, lim
     return r
 
 
-@contextmanager
-def _stack(through_proxy: bool) -> Iterator[tuple[str, str]]:
-    """(the clients' address, Tansu's own address)."""
-    broker = Broker().start()
-    proxy = None
-    try:
-        if through_proxy:
-            proxy = ProxyProcess(broker.address, broker.node_id(), extra_config=PROXY_CONFIG).start()
-        yield (proxy.bootstrap if proxy else broker.address), broker.address
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        broker.stop()
-
-
 def run(rounds: int, seconds: float, through_proxy: bool, say: Any = print) -> list[Round]:
     done = []
-    with _stack(through_proxy) as (address, broker_address):
+    with tansu_and_proxy(through_proxy, PROXY_CONFIG) as (address, broker_address):
         for i in range(rounds):
             r = one_round(address, broker_address, f"acked-offsets-{i}", seconds, through_proxy)
             say(r.line())

@@ -21,11 +21,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devkit.processes import LOOPBACK, die_with_parent, free_port, log_tail
+from devkit.processes import LOOPBACK, ProxyProcess, die_with_parent, free_port, log_tail
 from kafka_quota_proxy.config import HostPort
 
 
@@ -188,3 +188,19 @@ class Broker:
     @property
     def stopped(self) -> bool:
         return self.proc is None or self.proc.poll() is not None
+
+
+@contextlib.contextmanager
+def tansu_and_proxy(through_proxy: bool, extra_config: dict | None = None) -> Iterator[tuple[str, str]]:
+    """A fresh Tansu in memory and, if `through_proxy`, a proxy in front of it (with
+    `extra_config`): (the clients' address, Tansu's own address). Both stopped at the end."""
+    broker = Broker().start()
+    proxy = None
+    try:
+        if through_proxy:
+            proxy = ProxyProcess(broker.address, broker.node_id(), extra_config=extra_config or {}).start()
+        yield (proxy.bootstrap if proxy else broker.address), broker.address
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        broker.stop()

@@ -28,7 +28,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.consumer.fetch import FetchRequest, FetchResponse
 
-from devkit.processes import ProxyProcess
-from devkit.tansu import Broker
+from devkit.tansu import tansu_and_proxy
 from kafka_quota_proxy.protocol.headers import frame_request
 
 TOPIC = "fetch-gap"
@@ -196,25 +194,10 @@ def _present(address: str, first: int, end: int) -> bool:
         c.close()
 
 
-@contextmanager
-def _stack(through_proxy: bool) -> Iterator[tuple[str, str]]:
-    """(the clients' address, Tansu's own address)."""
-    broker = Broker().start()
-    proxy = None
-    try:
-        if through_proxy:
-            proxy = ProxyProcess(broker.address, broker.node_id()).start()
-        yield (proxy.bootstrap if proxy else broker.address), broker.address
-    finally:
-        if proxy is not None:
-            proxy.stop()
-        broker.stop()
-
-
 def run(seconds: float, producers: int, rate: float, through_proxy: bool, say: Any = print,
         debug_log: Path | None = None) -> Found:
     found = Found()
-    with _stack(through_proxy) as (address, broker_address):
+    with tansu_and_proxy(through_proxy) as (address, broker_address):
         admin = AdminClient({"bootstrap.servers": address})
         admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
         stop, done = threading.Event(), threading.Event()
