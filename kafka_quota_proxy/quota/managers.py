@@ -14,7 +14,7 @@ from typing import cast
 
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
-from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Tags
+from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Resolution, Tags
 from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
 from kafka_quota_proxy.quota.throttle import (
     INT_MAX,
@@ -119,9 +119,7 @@ class ClientQuotaManager(_ResolvedQuota):
             res = self.resolver.resolve_if_enabled(user, client_id)
             if res is None:
                 return 0
-            make = self.stats.rate
-            sensor_key = res.sensor_key
-            found = self.sensors.handle(sensor_key, now_ms, lambda: make(sensor_key))
+            found = self._sensor(res, now_ms)
             if found is None:
                 return 0  # entity cap reached: not measured, so not throttled (counted in `dropped`)
             sensor, bound = found, res.quota
@@ -181,12 +179,16 @@ class ClientQuotaManager(_ResolvedQuota):
         res = self.resolver.resolve_if_enabled(user, client_id)
         if res is None or res.quota is None:
             return None
-        make = self.stats.rate
-        sensor_key = res.sensor_key
-        handle = self.sensors.handle(sensor_key, now_ms, lambda: make(sensor_key))
+        handle = self._sensor(res, now_ms)
         if handle is None:
             return None
         return cast(Rate, handle.stat), res.quota
+
+    def _sensor(self, res: Resolution, now_ms: float) -> SensorHandle | None:
+        """The handle of the sensor `res` names, made if there is none; None at the entity cap."""
+        make = self.stats.rate
+        sensor_key = res.sensor_key
+        return self.sensors.handle(sensor_key, now_ms, lambda: make(sensor_key))
 
     def _measured(self, user: str, client_id: str | None, now_ms: float,
                   handles: dict[object, ChargeHandle] | None) -> tuple[Rate, float] | None:

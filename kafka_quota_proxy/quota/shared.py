@@ -352,9 +352,9 @@ class SharedRate(AlignedCounts, Rate):
         turns = self.home.turns
         if turns is None or self.degraded is not None:
             return Rate.pace(self, size, bound, now_ms)
-        start = max(self._admit_at, now_ms - self._pace_credit_ms())
         at = Rate.pace(self, size, bound, now_ms)
-        turns.paid(self.key, start, self._admit_at)
+        # Paced at the whole quota (`_pace_part`): these bytes were paid for from `at - paid`.
+        turns.paid(self.key, at - size * 1000.0 / bound, at)
         return at
 
     def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:

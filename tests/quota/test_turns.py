@@ -173,4 +173,4 @@ class _Stats:
         self.quotas = quotas
 
     def rate(self, key: object) -> object:
-        return self.quotas.rate(KEY)
+        return self.quotas.rate(sensor_key_text("consume", "cluster", key))

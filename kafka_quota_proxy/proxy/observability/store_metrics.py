@@ -66,13 +66,13 @@ class StoreCollector(Collector):
         entities = GaugeMetricFamily(P + "store_entities", "Shared measurements this replica syncs")
         entities.add_metric([], stats.entities)
         yield entities
-        turns = self.sync.shared.turns
+        turns = self.sync.turns
         waiting = GaugeMetricFamily(P + "store_turns_waiting", "Paced quotas on which this "
                                     "replica's clients wait for a turn in the store's queue")
-        waiting.add_metric([], len(turns) if turns is not None else 0)
+        waiting.add_metric([], len(turns))
         yield waiting
         heading = GaugeMetricFamily(P + "store_turns_heading", "Paced quotas whose queue of turns "
                                     "this replica heads, as last read: its clients go when the "
                                     "quota's pace comes")
-        heading.add_metric([], len(turns.heads) if turns is not None else 0)
+        heading.add_metric([], len(turns.heads))
         yield heading

@@ -127,7 +127,7 @@ class StoreSync:
         for _, registry in self.registries:
             registry.read_every_ms = float(settings.sync_interval_ms)
         # The store keeps the paced byte rates' turns (quota/turns.py, scripts.TAKE_TURNS).
-        shared.turns = Turns(float(settings.sync_interval_ms))
+        self.turns = shared.turns = Turns(float(settings.sync_interval_ms))
         self.ids = ids
         self.config = config
         self._config_version: int | None = None  # the store's quotas version last adopted
@@ -390,13 +390,11 @@ class StoreSync:
         work = [(kind, registry, batch) for kind, registry in self.registries
                 for batch in registry.collect(now, self.settle_ms)]
         calls = [self._bucket_call(kind, registry, batch) for kind, registry, batch in work]
-        turns = self.shared.turns
-        left, waiting = turns.claims(now) if turns is not None else ([], [])
+        left, waiting = self.turns.claims(now)
         try:
             return await self._sync_calls(version, work, calls, left, waiting)
         except BaseException:
-            if turns is not None:
-                turns.give_back(left)
+            self.turns.give_back(left)
             raise
 
     async def _sync_calls(self, version: bool, work: list[tuple[str, SharedQuotas, SyncBatch]],
@@ -470,9 +468,6 @@ class StoreSync:
         return calls
 
     def _apply_turns(self, calls: list[TurnCall], outs: list[Any]) -> None:
-        turns = self.shared.turns
-        if turns is None:
-            return
         heads: set[str] = set()
         crowded: set[str] = set()
         for (_, _, claimed), out in zip(calls, outs, strict=True):
@@ -483,7 +478,7 @@ class StoreSync:
                     heads.add(key)
                 if int(out[2 * i + 1]):
                     crowded.add(key)
-        turns.answered(heads, crowded)
+        self.turns.answered(heads, crowded)
 
     def _bucket_call(self, kind: str, registry: SharedQuotas,
                      batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
