@@ -69,7 +69,7 @@ from bench.shared_accuracy import SLIDING_S, fullest_window
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.managers import ClientQuotaManager
+from kafka_quota_proxy.quota.managers import ChargeHandle, ClientQuotaManager
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.turns import Turns
 
@@ -230,6 +230,7 @@ class Proxy(Server):
         self.awaiting: dict[int, int] = {}
         self.throttles_due: dict[int, int] = {}
         self.muted_until: dict[int, float] = {}
+        self.handles: dict[int, dict[object, ChargeHandle]] = {}  # each connection's
 
     def send(self, request: Request) -> None:
         size = request.size if self.kind == "produce" else 64
@@ -238,6 +239,17 @@ class Proxy(Server):
     def _arrived(self, request: Request) -> None:
         self.sockets.setdefault(request.conn, deque()).append(request)
         self._read(request.conn)
+
+    def _hold_ms(self, conn: int) -> int:
+        """QuotaCharge.hold_ms: paced, until the entity's pace lets the request in; Kafka's mode
+        with the quota shared, a Produce until the connection's last one has paid what it owes."""
+        quota = manager(self.engine, self.kind)
+        now = int(self.clock.now)
+        if self.engine.switches().paced:
+            return quota.paced_wait_ms("", CLIENT_ID, now, admit=True)
+        if self.kind == "produce" and self.engine.shared is not None:
+            return quota.owed_wait_ms(self.handles.setdefault(conn, {}), now)
+        return 0
 
     def _open(self, conn: int) -> bool:
         return (self.awaiting.get(conn, 0) < self.max_inflight and not self.throttles_due.get(conn, 0)
@@ -248,19 +260,17 @@ class Proxy(Server):
         clock = self.clock
         paced = self.engine.switches().paced
         while socket and self._open(conn):
-            if paced:
-                # Held, as read and unhandled, until the entity's pace lets it in (QuotaCharge.hold_ms).
-                quota = manager(self.engine, self.kind)
-                wait = quota.paced_wait_ms("", CLIENT_ID, int(clock.now), admit=True)
-                if wait:
-                    clock.at(int(clock.now) + wait, lambda: self._read(conn))
-                    return
+            # Held, as read and unhandled, until the quota lets it in (QuotaCharge.hold_ms).
+            wait = self._hold_ms(conn)
+            if wait:
+                clock.at(int(clock.now) + wait, lambda: self._read(conn))
+                return
             request = socket.popleft()
             self.awaiting[conn] = self.awaiting.get(conn, 0) + 1
             if self.kind == "produce":
                 quota = manager(self.engine, "produce")
                 throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, int(clock.now),
-                                                            paced=paced)
+                                                            self.handles.setdefault(conn, {}), paced)
                 request.throttle_ms = throttle
                 if throttle:
                     self.throttles_due[conn] = self.throttles_due.get(conn, 0) + 1

@@ -16,6 +16,7 @@ from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Resolution, Tags
 from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
+from kafka_quota_proxy.quota.shared import Owed, SharedRate
 from kafka_quota_proxy.quota.throttle import (
     INT_MAX,
     java_round,
@@ -29,6 +30,12 @@ NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1_000_000_000
 
 # QuotaConfig.IP_CONNECTION_RATE_DEFAULT: an IP limit of Int.MAX_VALUE means "not enforced".
 IP_CONNECTION_RATE_DEFAULT = 2**31 - 1
+
+
+# A connection's requests whose throttles are kept to settle (ChargeHandle.owed): a Produce is
+# read at most every sync interval or so while its entity is over the quota, and two reads settle
+# one, so a few are ever unsettled.
+OWED_KEPT = 8
 
 
 def _clamp_throttle(ms: int) -> int:
@@ -76,7 +83,7 @@ class ChargeHandle:
     100-tenant Produce load, the quota path cost the proxy ~9 µs of CPU per request, four times
     what it takes in a tight loop; most of it was these lookups' calls and dictionary probes."""
 
-    __slots__ = ("version", "user", "client_id", "bound", "sensor")
+    __slots__ = ("version", "user", "client_id", "bound", "sensor", "owed")
 
     def __init__(self, version: int, user: str, client_id: str | None, bound: float | None,
                  sensor: SensorHandle) -> None:
@@ -85,6 +92,8 @@ class ChargeHandle:
         self.client_id = client_id
         self.bound = bound
         self.sensor = sensor
+        # The connection's requests' throttles still to settle at the store's reads (SharedRate.owe)
+        self.owed: list[Owed] = []
 
 
 class ClientQuotaManager(_ResolvedQuota):
@@ -129,7 +138,23 @@ class ClientQuotaManager(_ResolvedQuota):
         rate.record(value, now_ms)
         if paced and bound is not None:
             return _clamp_throttle(math.ceil(rate.pace(value, bound, now_ms) - now_ms))
-        if bound is None or rate.surely_within(bound, now_ms):
+        if bound is None:
+            return 0
+        if rate.owes and handles is not None:
+            # Shared with other replicas (a Produce quota): Kafka's throttle, settled at the
+            # store's next reads (SharedRate.owe); the connection is held for what is owed.
+            measured, owed = cast(SharedRate, rate).owe(now_ms, bound)
+            handle = handles.get(self)
+            if handle is not None:
+                if owed is not None:
+                    kept_owed = handle.owed
+                    if len(kept_owed) >= OWED_KEPT:
+                        del kept_owed[0]
+                    kept_owed.append(owed)
+            if measured <= bound:
+                return 0
+            return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
+        if rate.surely_within(bound, now_ms):
             return 0
         measured = rate.measure(now_ms)
         if measured <= bound:
@@ -161,6 +186,28 @@ class ClientQuotaManager(_ResolvedQuota):
             rate.paced_at(found[1])
         wait = rate.admit_wait_ms(now_ms) if admit else rate.paced_wait_ms(now_ms)
         return _clamp_throttle(math.ceil(wait)) if wait > 0 else 0
+
+    def owed_wait_ms(self, handles: dict[object, ChargeHandle], now_ms: float) -> int:
+        """(Kafka's mode, the quota shared with other replicas) How long the connection whose
+        `handles` these are must still wait before its next request is read: until its last
+        request's throttle is paid, as settled on the reads since (`SharedRate.owed_until`).
+        0 when nothing is owed."""
+        handle = handles.get(self)
+        if handle is None or not handle.owed:
+            return 0
+        stat = cast(SharedRate, handle.sensor.stat)
+        until = -math.inf
+        unsettled = []
+        for owed in handle.owed:
+            owed_until = owed.until_ms
+            if owed_until > until:
+                until = owed_until
+            # Settled by the two reads after it (SharedRate._reveal) and paid: forgotten.
+            if stat.reads < owed.reads + 2 or owed_until > now_ms:
+                unsettled.append(owed)
+        handle.owed = unsettled
+        # Rounded as the throttle told is (java_round): what was told and paid is not owed again.
+        return _clamp_throttle(java_round(until - now_ms)) if until > now_ms else 0
 
     def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float,
                 handles: dict[object, ChargeHandle] | None = None) -> int:

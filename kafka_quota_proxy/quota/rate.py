@@ -46,6 +46,8 @@ class Rate:
     slots never used do not count as "oldest".
     """
 
+    owes = False  # SharedRate: Kafka's throttles settled at the store's reads (`SharedRate.owe`)
+
     __slots__ = ("config", "_slots", "_window", "_expire_age", "_min_full", "_current",
                  "_starts", "_lasts", "_values", "_purge_due", "_oldest", "_total", "_exact",
                  "_min_window_s", "_paced_until", "_admit_at", "_pace_bound")

@@ -77,9 +77,12 @@ class QuotaCharge(RequestStage):
         1 MB requests, 11 s windows of 1.5x in `bench.many_connections_sim`; held here, 1.05x."""
         engine = self.engine
         settings = engine.settings
-        # Asked of every Produce and Fetch: Kafka's enforcement (the default) pays one look.
+        # Asked of every Produce and Fetch: Kafka's enforcement (the default) pays one look, two
+        # with a store.
         if settings.byte_rate_enforcement != "paced" or settings.mode != "enforce":
-            return 0
+            if engine.shared is None or settings.mode != "enforce":
+                return 0
+            return self._owed_ms(ctx)
         switches = engine.switches()
         if not switches.charging:
             return 0
@@ -97,6 +100,17 @@ class QuotaCharge(RequestStage):
         q = engine.scope(conn.upstream)
         manager = q.produce if key == PRODUCE else q.fetch
         return manager.paced_wait_ms(user, client_id, engine.clock(), conn.charge_handles, admit=True)
+
+    def _owed_ms(self, ctx: RequestContext) -> int:
+        """Kafka's enforcement, the quota shared with other replicas: a Produce waits unread
+        until its connection's last Produce has paid the throttle Kafka's broker would have given
+        it, knowing every replica's bytes before it, as the store's reads since have shown them
+        (`SharedRate.owe`). With none owed, 0."""
+        if ctx.header.api_key != PRODUCE or not self.engine.switches().charging:
+            return 0
+        conn = ctx.conn
+        manager = self.engine.scope(conn.upstream).produce
+        return manager.owed_wait_ms(conn.charge_handles, self.engine.clock())
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
