@@ -145,12 +145,11 @@ class ClientQuotaManager(_ResolvedQuota):
             # store's next reads (SharedRate.owe); the connection is held for what is owed.
             measured, owed = cast(SharedRate, rate).owe(now_ms, bound)
             handle = handles.get(self)
-            if handle is not None:
-                if owed is not None:
-                    kept_owed = handle.owed
-                    if len(kept_owed) >= OWED_KEPT:
-                        del kept_owed[0]
-                    kept_owed.append(owed)
+            if handle is not None and owed is not None:
+                kept_owed = handle.owed
+                if len(kept_owed) >= OWED_KEPT:
+                    del kept_owed[0]
+                kept_owed.append(owed)
             if measured <= bound:
                 return 0
             return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
@@ -189,9 +188,9 @@ class ClientQuotaManager(_ResolvedQuota):
 
     def owed_wait_ms(self, handles: dict[object, ChargeHandle], now_ms: float) -> int:
         """(Kafka's mode, the quota shared with other replicas) How long the connection whose
-        `handles` these are must still wait before its next request is read: until its last
-        request's throttle is paid, as settled on the reads since (`SharedRate.owed_until`).
-        0 when nothing is owed."""
+        `handles` these are must still wait before its next request is read: until its
+        requests' throttles are paid, as settled on the reads since (`Owed.until_ms`). 0 when
+        nothing is owed."""
         handle = handles.get(self)
         if handle is None or not handle.owed:
             return 0

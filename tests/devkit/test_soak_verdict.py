@@ -135,3 +135,34 @@ def test_samples_survive_the_csv(tmp_path: Path) -> None:
     taken = [sample(0.0, 40.5), sample(5.2, 41, quiet=True)]
     write_csv(taken, tmp_path / "s.csv")
     assert read_csv(tmp_path / "s.csv") == taken
+
+
+def _readings(steady_fds: int, quiet_fds: list[int], conns: int = 8) -> object:
+    """A `take`: `steady_fds` while the reading waits for the proxy to hold still, then the
+    quiet readings' descriptor counts in turn."""
+    quiet_ones = iter(quiet_fds)
+
+    def take(quiet: bool) -> Sample:
+        return sample(1.0, 50, fds=next(quiet_ones) if quiet else steady_fds, conns=conns, quiet=quiet)
+    return take
+
+
+def test_the_quiet_reading_keeps_the_one_with_fewest_descriptors_no_connection_holds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection a long-lived client is closing holds a descriptor for a moment: one reading
+    of three catches it (35 fds, 8 connections: 19 unexplained); the others do not (33: 17)."""
+    from devkit.soak import run as soak_run
+
+    monkeypatch.setattr(soak_run, "pause", lambda workers, timeout: True)
+    monkeypatch.setattr(soak_run, "resume", lambda workers: None)
+    monkeypatch.setattr(soak_run.time, "sleep", lambda s: None)
+    clock = iter(float(t) for t in range(1000))
+    monkeypatch.setattr(soak_run.time, "monotonic", lambda: next(clock))
+    # Steady from the start; then the three readings: 35 (the closing one), 33, 33.
+    take = _readings(33, [35, 33, 33])
+    got = soak_run._quiet_reading(None, [], take)  # type: ignore[arg-type]
+    assert (got.fds, verdict.Descriptors.unexplained(got)) == (33, 17)
+    # A leaked descriptor stays in every reading: it is kept.
+    take = _readings(34, [35, 35, 35])
+    got = soak_run._quiet_reading(None, [], take)  # type: ignore[arg-type]
+    assert verdict.Descriptors.unexplained(got) == 19
