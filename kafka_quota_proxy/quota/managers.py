@@ -150,12 +150,10 @@ class ClientQuotaManager(_ResolvedQuota):
                 if len(kept_owed) >= OWED_KEPT:
                     del kept_owed[0]
                 kept_owed.append(owed)
-            if measured <= bound:
-                return 0
-            return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
-        if rate.surely_within(bound, now_ms):
+        elif rate.surely_within(bound, now_ms):
             return 0
-        measured = rate.measure(now_ms)
+        else:
+            measured = rate.measure(now_ms)
         if measured <= bound:
             return 0
         if self.key is QuotaKey.CONSUMER_BYTE_RATE:

@@ -206,6 +206,14 @@ class AlignedCounts:
             self.ratio = float(cap)
         self.since_read = 0.0
 
+    def _read_growth(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> dict[int, int]:
+        """`set_totals`, returning by how much the others' count grew in each sample read (what
+        the read brought; negative where it shrank)."""
+        others = self.others
+        before = {s: others.get(s, 0) for s in totals}
+        AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
+        return {s: others.get(s, 0) - was for s, was in before.items()}
+
     def window_bytes(self, now_ms: float) -> tuple[int, int]:
         """(this replica's, all replicas') counts in the retained aligned samples: the replica's
         share of the recent traffic, for the degraded mode."""
@@ -307,13 +315,10 @@ class SharedRate(AlignedCounts, Rate):
         no common phase: of the bytes the first read after a request brings, a part
         1 - (1-u)^2/2 came before it, u being how far into the interval between the reads it
         came; of the second read's, u^2/2; later reads bring none from before it."""
-        others = self.others
-        before = {s: others.get(s, 0) for s in totals}
-        AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
+        grew = self._read_growth(totals, sample_floor, now_ms)
         recent = self.clock.sample(now_ms, self._aligned_window) - 1
         new = new_recent = 0
-        for s, was in before.items():
-            added = others.get(s, 0) - was
+        for s, added in grew.items():
             if added > 0:
                 new += added
                 if s >= recent:
@@ -486,8 +491,7 @@ class SharedRate(AlignedCounts, Rate):
         # The others' bytes `pace` took them to add meanwhile: none where the store keeps turns
         # (the others wait for theirs).
         guessed = 0.0 if self.home.turns is not None else self.ratio * own
-        before = {s: self.others.get(s, 0) for s in totals}
-        AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
+        grew = self._read_growth(totals, sample_floor, now_ms)
         # The pace is made again from the read on: the others' new bytes in place of the guess,
         # each sample's paced as let in when the sample ended (or now, if later), then this
         # replica's own bytes since the last read. Every replica's pace then counts the fleet's
@@ -497,7 +501,7 @@ class SharedRate(AlignedCounts, Rate):
         w, offset = self._aligned_window, self.clock.offset_ms
         at = -math.inf if first else self._admit_at - (own + guessed) * 1000.0 / bound
         for s in sorted(totals):
-            new = self.others.get(s, 0) - before[s]
+            new = grew[s]
             if new > 0:
                 floor = min(now_ms, (s + 1) * w - offset) - credit
                 if at < floor:

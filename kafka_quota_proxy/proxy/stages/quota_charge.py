@@ -79,10 +79,10 @@ class QuotaCharge(RequestStage):
         settings = engine.settings
         # Asked of every Produce and Fetch: Kafka's enforcement (the default) pays one look, two
         # with a store.
-        if settings.byte_rate_enforcement != "paced" or settings.mode != "enforce":
-            if engine.shared is None or settings.mode != "enforce":
-                return 0
-            return self._owed_ms(ctx)
+        if settings.mode != "enforce":
+            return 0
+        if settings.byte_rate_enforcement != "paced":
+            return 0 if engine.shared is None else self._owed_ms(ctx)
         switches = engine.switches()
         if not switches.charging:
             return 0
