@@ -31,6 +31,10 @@ each replica with N workers:
     python -m bench.shared_accuracy --replicas 3 --shapes even --set byte_rate_enforcement=paced
     python -m bench.shared_accuracy --replicas 1 --workers 2 --clients 3 --shapes even
 
+Each run also reports what its replicas saw (`traffic`): the requests of its kind, their mean time
+at the broker, how many were throttled and for how long on average, and the syncs with the store
+and their mean time.
+
 Producers send batches of up to 128 KiB; `--produce-batch-kib 1024` gives librdkafka's own
 default, issue 27's workload.
 """
@@ -43,9 +47,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from devkit.processes import ProxyProcess
 from devkit.producing import Timeline, consume, fill, produce, start_replicas
@@ -56,6 +62,7 @@ MIB = 1024 * 1024
 QUOTA = MIB
 CLIENT_ID = "shared-tenant"
 SLIDING_S = 11.0
+PREFIX = "kafka_quota_proxy_"
 SHAPES = ("even", "skewed", "shifting")
 KINDS = ("produce", "consume")  # a producer quota, then a consumer quota
 
@@ -82,6 +89,9 @@ class Result:
     errors: int
     store_errors: int  # failed syncs, all replicas
     degradations: int  # times a replica went degraded
+    # What the replicas saw, summed over them (`traffic`): the Fetch or Produce requests, their
+    # mean time at the broker, those throttled and for how long, and the syncs and their mean time.
+    seen: dict[str, float] = field(default_factory=dict)
 
 
 def fullest(done: Callable[[float], int], start: float, end: float) -> tuple[int, float]:
@@ -115,6 +125,52 @@ def _fetched_bytes(proxies: Sequence[ProxyProcess], start: float, out: list[Time
             sent = p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch")
             tl.marks.append((elapsed, int(sent - b)))
         done.wait(0.25)
+
+
+class Scraped(Protocol):
+    """What `traffic` reads of a replica: its Prometheus text."""
+
+    def metrics(self) -> str: ...
+
+
+def traffic(proxies: Sequence[Scraped], kind: str) -> dict[str, float]:
+    """What the replicas saw of the run, summed over them: the requests of `kind`'s API, their
+    mean time at the broker (ms), the throttled ones and their mean throttle (ms), and the syncs
+    with the store and their mean time (ms). Where a fleet loses rate against one replica, these
+    say whether its requests were throttled more, or waited longer, or its syncs were slow."""
+    api = "Produce" if kind == "produce" else "Fetch"
+    quota_type = "produce" if kind == "produce" else "fetch"
+    sums: dict[str, float] = {}
+
+    def add(name: str, value: float) -> None:
+        sums[name] = sums.get(name, 0.0) + value
+
+    for p in proxies:
+        for family in text_string_to_metric_families(p.metrics()):
+            for sample in family.samples:
+                labels = sample.labels
+                if labels.get("api") == api and sample.name in (
+                        f"{PREFIX}requests_total", f"{PREFIX}upstream_latency_seconds_sum",
+                        f"{PREFIX}upstream_latency_seconds_count"):
+                    add(sample.name, sample.value)
+                elif labels.get("quota_type") == quota_type and sample.name in (
+                        f"{PREFIX}throttled_requests_total", f"{PREFIX}throttle_time_ms_total"):
+                    add(sample.name, sample.value)
+                elif sample.name in (f"{PREFIX}store_sync_duration_seconds_sum",
+                                     f"{PREFIX}store_sync_duration_seconds_count"):
+                    add(sample.name, sample.value)
+
+    def ratio(top: str, bottom: str, scale: float = 1.0) -> float:
+        below = sums.get(PREFIX + bottom, 0.0)
+        return sums.get(PREFIX + top, 0.0) * scale / below if below else 0.0
+
+    return {"requests": sums.get(f"{PREFIX}requests_total", 0.0),
+            "broker ms": ratio("upstream_latency_seconds_sum", "upstream_latency_seconds_count", 1e3),
+            "throttled": sums.get(f"{PREFIX}throttled_requests_total", 0.0),
+            "throttle ms": ratio("throttle_time_ms_total", "throttled_requests_total"),
+            "syncs": sums.get(f"{PREFIX}store_sync_duration_seconds_count", 0.0),
+            "sync ms": ratio("store_sync_duration_seconds_sum", "store_sync_duration_seconds_count",
+                             1e3)}
 
 
 def fleet_config(valkey_url: str, prefix: str, kind: str, quota: Mapping[str, object] | None = None,
@@ -176,6 +232,7 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         # one more interval late; two in a row degrade the replica to its local share).
         store_errors = sum(int(p.metric("kafka_quota_proxy_store_errors_total")) for p in proxies)
         degradations = sum(p.log_text().count("enforced as this replica's share") for p in proxies)
+        seen = traffic(proxies, kind)
 
     counted = fetched if kind == "consume" else timelines
 
@@ -185,7 +242,7 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
     rate = (acked(total) - acked(warm_up)) / seconds
     worst = fullest_window(acked, warm_up, total)
     return Result(replicas, shape, clients, rate, worst, sum(tl.errors for tl in timelines),
-                  store_errors, degradations)
+                  store_errors, degradations, seen)
 
 
 def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
@@ -211,6 +268,8 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
                                  f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth"))
                     rows.append((f"{name}: failed syncs, degradations",
                                  f"{r.store_errors}, {r.degradations}"))
+                    rows.append((f"{name}: seen", ", ".join(
+                        f"{k} {v:.0f}" if v >= 100 else f"{k} {v:.1f}" for k, v in r.seen.items())))
                     if r.errors:
                         rows.append((f"{name}: delivery errors", str(r.errors)))
     rows.append(("load average at the end", " ".join(f"{x:.1f}" for x in os.getloadavg())))

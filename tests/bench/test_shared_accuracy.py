@@ -31,6 +31,8 @@ def test_two_replicas_move_bytes_under_the_shared_quota(broker: Broker, broker_n
     assert r.rate > 0
     assert r.errors == 0
     assert r.store_errors <= 8 and r.degradations <= 3
+    # What the replicas saw is read from their metrics: their requests of the kind, and syncs.
+    assert r.seen["requests"] > 0 and r.seen["syncs"] > 0
 
 
 def test_one_replica_of_two_workers_paces_two_clients(broker: Broker, broker_node_id: int,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.shared_accuracy import fleet_config, replica_of, run_name, settings
+from bench.shared_accuracy import fleet_config, replica_of, run_name, settings, traffic
 
 
 def test_the_fleet_config_enforces_one_quota_through_the_store() -> None:
@@ -48,3 +48,55 @@ def test_a_setting_without_a_key_and_value_is_refused_clearly(item: str) -> None
 def test_the_refusal_names_the_option_it_came_from() -> None:
     with pytest.raises(SystemExit, match="--proxy-quota 'paced': expected KEY=VALUE"):
         settings(["paced"], "--proxy-quota")
+
+
+class _Scraped:
+    """A replica as `traffic` reads it: its /metrics text."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def metrics(self) -> str:
+        return self.text
+
+
+def _replica(fetches: int, latency_s: float, throttled: int, throttle_ms: int, syncs: int,
+             sync_s: float) -> _Scraped:
+    p = "kafka_quota_proxy_"
+    return _Scraped(f"""# TYPE {p}requests counter
+{p}requests_total{{api="Fetch"}} {fetches}
+{p}requests_total{{api="Produce"}} 1000
+# TYPE {p}upstream_latency_seconds histogram
+{p}upstream_latency_seconds_bucket{{api="Fetch",le="+Inf"}} {fetches}
+{p}upstream_latency_seconds_count{{api="Fetch"}} {fetches}
+{p}upstream_latency_seconds_sum{{api="Fetch"}} {latency_s}
+{p}upstream_latency_seconds_bucket{{api="Produce",le="+Inf"}} 1000
+{p}upstream_latency_seconds_count{{api="Produce"}} 1000
+{p}upstream_latency_seconds_sum{{api="Produce"}} 99.0
+# TYPE {p}throttled_requests counter
+{p}throttled_requests_total{{client_id="shared-tenant",quota_type="fetch",user=""}} {throttled}
+{p}throttled_requests_total{{client_id="shared-tenant",quota_type="request",user=""}} 77
+# TYPE {p}throttle_time_ms counter
+{p}throttle_time_ms_total{{client_id="shared-tenant",quota_type="fetch",user=""}} {throttle_ms}
+{p}throttle_time_ms_total{{client_id="shared-tenant",quota_type="request",user=""}} 7777
+# TYPE {p}store_sync_duration_seconds histogram
+{p}store_sync_duration_seconds_bucket{{le="+Inf"}} {syncs}
+{p}store_sync_duration_seconds_count {syncs}
+{p}store_sync_duration_seconds_sum {sync_s}
+""")
+
+
+def test_traffic_sums_the_replicas_and_averages_over_their_requests() -> None:
+    # Two replicas: 100 + 300 fetches taking 2 s + 6 s at the broker (20 ms each), 40 + 10
+    # throttled for 30,000 ms in all (600 ms each), 900 + 100 syncs of 1.5 s in all (1.5 ms).
+    # Another API's requests and another quota's throttles are not counted.
+    seen = traffic([_replica(100, 2.0, 40, 20_000, 900, 1.0),
+                    _replica(300, 6.0, 10, 10_000, 100, 0.5)], "consume")
+    assert seen == pytest.approx({"requests": 400, "broker ms": 20.0, "throttled": 50,
+                                  "throttle ms": 600.0, "syncs": 1000, "sync ms": 1.5})
+
+
+def test_traffic_of_a_replica_that_saw_nothing_is_zero_not_a_division_by_zero() -> None:
+    seen = traffic([_Scraped("")], "produce")
+    assert seen == {"requests": 0.0, "broker ms": 0.0, "throttled": 0.0, "throttle ms": 0.0,
+                    "syncs": 0.0, "sync ms": 0.0}
