@@ -16,6 +16,12 @@ the most in any sliding 11 s window over that span, stepped every 0.25 s.
     python -m bench.many_connections                          # 1, 3 and 10 producers, 3 consumers
     python -m bench.many_connections --producers 3 --consumers 0
     python -m bench.many_connections --paths proxy --proxy-quota byte_rate_enforcement=paced
+    python -m bench.many_connections --runs 3      # each case three times: medians, and the gap
+
+With `--runs N` every case runs N times, the two paths one after the other in each round, and
+the medians of each path follow, with the proxy's gap from Kafka's broker: the rate's, relative,
+and the worst window's, in multiples of the quota's worth, beside the fidelity bounds of issue
+36 (rate within 3%, worst window within 0.05x).
 
 Printed, never asserted. Kafka and the proxy share this machine's cores with the clients.
 """
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +49,8 @@ from devkit.producing import RECORD, Timeline, produce
 CLIENT_ID = "bulk"
 QUOTA = 1_000_000
 PATHS = ("kafka", "proxy")
+RATE_BOUND = 0.03  # the proxy's median rate within 3% of Kafka's (issue 36's fidelity bounds)
+WINDOW_BOUND = 0.05  # and its median worst window within 0.05x of the quota's worth
 
 
 @dataclass
@@ -59,6 +68,41 @@ class Result:
     # quota (a stalled entity's rate empties, and it takes the stall's worth at once after)
     rebalances: list[tuple[float, str]] = field(default_factory=list)
     stalls: list[tuple[float, float]] = field(default_factory=list)
+    round: int = 0  # which of `--runs` rounds
+
+
+def case_name(kind: str, clients: int) -> str:
+    return f"{kind}, {clients} {'producers' if kind == 'produce' else 'consumers'}"
+
+
+def medians(results: Sequence[Result]) -> list[tuple[str, str]]:
+    """Each case's median rate and worst window per path over its runs, as multiples of the quota
+    (of its worth, for windows), then the proxy's gap from Kafka's broker where both ran, and
+    whether it is within the fidelity bounds."""
+    cases: dict[tuple[str, int], dict[str, list[Result]]] = {}
+    for r in results:
+        cases.setdefault((r.kind, r.clients), {}).setdefault(r.path, []).append(r)
+    rows: list[tuple[str, str]] = []
+    for (kind, clients), by_path in cases.items():
+        mid: dict[str, tuple[float, float]] = {}
+        for path in PATHS:
+            runs = by_path.get(path)
+            if not runs:
+                continue
+            rate = statistics.median(r.rate for r in runs) / QUOTA
+            worst = statistics.median(r.worst_window for r in runs) / (QUOTA * SLIDING_S)
+            mid[path] = (rate, worst)
+            rows.append((f"{case_name(kind, clients)}, {path}: median of {len(runs)}",
+                         f"{rate:.3f}, worst {worst:.3f}x (rates "
+                         f"{', '.join(f'{r.rate / QUOTA:.3f}' for r in runs)})"))
+        if len(mid) == 2:
+            (k_rate, k_worst), (p_rate, p_worst) = mid["kafka"], mid["proxy"]
+            gap, window_gap = p_rate / k_rate - 1, p_worst - k_worst
+            within = abs(gap) <= RATE_BOUND and abs(window_gap) <= WINDOW_BOUND
+            rows.append((f"{case_name(kind, clients)}: proxy - Kafka",
+                         f"rate {gap:+.1%}, worst {window_gap:+.3f}x: "
+                         f"{'within' if within else 'outside'} {RATE_BOUND:.0%} and {WINDOW_BOUND}x"))
+    return rows
 
 
 def broker_quota(broker: KafkaBroker, key: str, value: int | None) -> None:
@@ -189,7 +233,8 @@ def span_start(kind: str, timelines: Sequence[Timeline], warm_up: float) -> floa
 
 def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequence[str] = PATHS,
         seconds: float = 55.0, warm_up: float = SLIDING_S,
-        proxy_quota: Mapping[str, object] | None = None, batch_kib: int = 1024) -> list[tuple[str, str]]:
+        proxy_quota: Mapping[str, object] | None = None, batch_kib: int = 1024,
+        runs: int = 1) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     results: list[Result] = []
     with ExitStack() as stack:
@@ -202,10 +247,10 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
         stack.callback(proxy.stop)
         stamp = int(time.time())
         kinds = [("produce", n) for n in producers] + ([("consume", consumers)] if consumers else [])
-        for kind, n in kinds:
+        for round_, (kind, n) in ((i, case) for i in range(runs) for case in kinds):
             key = "producer_byte_rate" if kind == "produce" else "consumer_byte_rate"
             for path in paths:
-                topic = f"many-{kind}-{n}-{path}-{stamp}"
+                topic = f"many-{kind}-{n}-{path}-{stamp}-{round_}"
                 partitions = 1 if kind == "produce" else n
                 create_topic(broker.bootstrap, topic, partitions)
                 if kind == "consume":
@@ -215,12 +260,14 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
                     broker_quota(broker, key, QUOTA)
                 try:
                     bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
-                    results.append(measure(path, kind, n, bootstrap, topic, seconds, warm_up, batch_kib))
+                    result = measure(path, kind, n, bootstrap, topic, seconds, warm_up, batch_kib)
+                    result.round = round_
+                    results.append(result)
                 finally:
                     if path == "kafka":
                         broker_quota(broker, key, None)
     for r in results:
-        name = f"{r.kind}, {r.clients} {'producers' if r.kind == 'produce' else 'consumers'}, {r.path}"
+        name = f"{case_name(r.kind, r.clients)}, {r.path}" + (f", run {r.round + 1}" if runs > 1 else "")
         rows.append((f"{name}: average / quota, {r.since:.1f}-{seconds:.0f} s", f"{r.rate / QUOTA:.3f}"))
         worst = r.worst_window / (QUOTA * SLIDING_S)
         rows.append((f"{name}: worst {SLIDING_S:.0f} s window", f"{worst:.3f}x from {r.worst_at:.1f} s"))
@@ -231,6 +278,8 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
                          "; ".join(f"{t:.1f} s {what}" for t, what in r.rebalances) or "none"))
         if r.errors:
             rows.append((f"{name}: delivery errors", str(r.errors)))
+    if runs > 1:
+        rows.extend(medians(results))
     rows.append(("load average at the end", " ".join(f"{x:.1f}" for x in os.getloadavg())))
     return rows
 
@@ -246,9 +295,13 @@ def main() -> None:
                     help="the producers' batch.size, KiB (librdkafka's default: 1024)")
     ap.add_argument("--proxy-quota", nargs="*", default=[], metavar="KEY=VALUE",
                     help="settings under the proxy's `quota:` (e.g. a quota enforcement mode)")
+    ap.add_argument("--runs", type=int, default=1,
+                    help="run every case this many times, and print the medians (default 1)")
     args = ap.parse_args()
+    if args.runs < 1:
+        ap.error("--runs takes a number of at least 1")
     for name, value in run(args.producers, args.consumers, args.paths, args.seconds, args.warm_up,
-                           settings(args.proxy_quota, "--proxy-quota"), args.batch_kib):
+                           settings(args.proxy_quota, "--proxy-quota"), args.batch_kib, args.runs):
         print(f"{name:55s} {value}", flush=True)
 
 
