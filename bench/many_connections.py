@@ -238,7 +238,11 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
     rows: list[tuple[str, str]] = []
     results: list[Result] = []
     with ExitStack() as stack:
-        broker = KafkaBroker().start()
+        # Kafka's own default initial rebalance delay (devkit's brokers have none, for quick
+        # tests): with none, the group formed with one member first through the proxy and with
+        # all three straight to Kafka, in every round, and its members read their partitions
+        # again after the rebalance.
+        broker = KafkaBroker(properties_extra={"group.initial.rebalance.delay.ms": "3000"}).start()
         stack.callback(broker.stop)
         proxy = ProxyProcess(broker.address, broker.node_id, extra_config={
             "quota": dict(proxy_quota or {}),
