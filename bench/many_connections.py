@@ -105,11 +105,12 @@ def medians(results: Sequence[Result]) -> list[tuple[str, str]]:
     return rows
 
 
-def broker_quota(broker: KafkaBroker, key: str, value: int | None) -> None:
-    """Set (or with None delete) the broker's own quota `key` for client-id `bulk`."""
+def broker_quota(broker: KafkaBroker, key: str, value: int | None,
+                 client_id: str = CLIENT_ID) -> None:
+    """Set (or with None delete) the broker's own quota `key` for `client_id` (`bulk`)."""
     change = ["--add-config", f"{key}={value}"] if value is not None else ["--delete-config", key]
     out = run_tool("ConfigCommand", "--bootstrap-server", broker.bootstrap, "--alter",
-                   "--entity-type", "clients", "--entity-name", CLIENT_ID, *change)
+                   "--entity-type", "clients", "--entity-name", client_id, *change)
     if out.returncode != 0:
         raise RuntimeError(f"kafka-configs failed: {out.stdout[-500:]}{out.stderr[-1500:]}")
     time.sleep(2)  # the broker applies a client quota from its metadata a moment later
@@ -138,11 +139,11 @@ def fill(bootstrap: str, topic: str, partitions: int, megabytes: int) -> None:
 
 
 def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, out: Timeline,
-         rebalances: list[tuple[float, str]] | None = None) -> None:
+         rebalances: list[tuple[float, str]] | None = None, client_id: str = CLIENT_ID) -> None:
     """A member of `group` under client-id `bulk`, reading from the earliest offsets: the bytes of
     the records it read, every 0.25 s; each assignment and revocation it is given goes into
     `rebalances`, with when."""
-    c = Consumer({"bootstrap.servers": bootstrap, "client.id": CLIENT_ID, "group.id": group,
+    c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": group,
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     seen = rebalances if rebalances is not None else []
 
@@ -168,7 +169,7 @@ def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, o
 
 
 def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seconds: float,
-            warm_up: float, batch_kib: int = 1024) -> Result:
+            warm_up: float, batch_kib: int = 1024, client_id: str = CLIENT_ID) -> Result:
     start = time.monotonic() + (0.5 if kind == "produce" else 8.0)  # a group joins first
     timelines = [Timeline() for _ in range(clients)]
     rebalances: list[list[tuple[float, str]]] = [[] for _ in range(clients)]
@@ -176,11 +177,11 @@ def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seco
     work: Callable[[int], None]
     if kind == "produce":
         def work(i: int) -> None:
-            produce(bootstrap, topic, CLIENT_ID, start, seconds, timelines[i],
+            produce(bootstrap, topic, client_id, start, seconds, timelines[i],
                     config={"batch.size": str(batch_kib * 1024)})
     else:
         def work(i: int) -> None:
-            read(bootstrap, topic, group, start, seconds, timelines[i], rebalances[i])
+            read(bootstrap, topic, group, start, seconds, timelines[i], rebalances[i], client_id)
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
         thread.start()
