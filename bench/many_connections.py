@@ -140,7 +140,7 @@ def fill(bootstrap: str, topic: str, partitions: int, megabytes: int) -> None:
 
 def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, out: Timeline,
          rebalances: list[tuple[float, str]] | None = None, client_id: str = CLIENT_ID) -> None:
-    """A member of `group` under client-id `bulk`, reading from the earliest offsets: the bytes of
+    """A member of `group` under `client_id` (`bulk`), reading from the earliest offsets: the bytes of
     the records it read, every 0.25 s; each assignment and revocation it is given goes into
     `rebalances`, with when."""
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": group,
