@@ -11,6 +11,7 @@ from rich.table import Table
 from bench import (
     analytics,
     framing,
+    kafka_fidelity,
     many_connections,
     many_connections_sim,
     producer_ids,
@@ -49,6 +50,10 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
     "many_connections": ("Many connections, one quota, side by side with Apache Kafka 4.4: 1, 3 and 10 "
                          "producers and a group of 3 consumers under one client-id, Kafka's broker "
                          "enforcing the quota and the proxy enforcing it", many_connections.run),
+    "kafka_fidelity": ("Kafka-exact, side by side with Apache Kafka 4.4: one client under one producer "
+                       "quota, Kafka's broker enforcing it and the proxy enforcing it (set with "
+                       "kafka-configs.sh on each), measured at the broker, three rounds",
+                       kafka_fidelity.run),
     "many_connections_sim": ("Many connections, one quota: 1, 3 and 10 clients under one client-id held by "
                              "Kafka's broker and by the proxy, and by quota.byte_rate_enforcement: paced "
                              "on 1, 3 and 10 replicas, simulated (librdkafka clients, a fake clock, the "

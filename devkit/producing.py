@@ -35,11 +35,11 @@ class Timeline:
 
 def produce(bootstrap: str, topic: str, client_id: str, start: float, seconds: float, out: Timeline,
             pace: Callable[[float], float | None] = lambda elapsed: None,
-            config: Mapping[str, str] | None = None) -> None:
+            config: Mapping[str, object] | None = None) -> None:
     """Produce 1 KiB records from `start` (time.monotonic) for `seconds`; `pace(elapsed)` gives the
     bytes/s allowed at that moment, None for flat out; `config` adds to the producer's settings
-    (SASL, say). The backlog left at the end is dropped (a throttled producer's queue is not the
-    measurement); its records are not counted."""
+    (SASL, a `throttle_cb`, say). The backlog left at the end is dropped (a throttled producer's
+    queue is not the measurement); its records are not counted."""
     done = [0]
 
     def delivered(err: object, msg: object) -> None:

@@ -1,0 +1,124 @@
+"""bench.kafka_fidelity without Kafka: what the clients' output says (throttled responses, the
+Java tool's metrics), the rate and fullest window from the broker's end offsets, and each case's
+medians against the fidelity bounds (rate 3%, worst window 0.05x, mean throttle 15%)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.kafka_fidelity import Outcome, client_metrics, gap, judge, medians, throttles
+from bench.many_connections import QUOTA
+from bench.shared_accuracy import SLIDING_S
+from devkit.producing import Timeline
+
+WORTH = QUOTA * SLIDING_S  # a window's worth of quota
+STEP = 0.25
+
+
+def test_each_throttled_response_the_java_client_logged_is_read_with_its_time() -> None:
+    text = ("[2026-11-29 03:40:01,002] TRACE Connection to node 1 is throttled for 812 ms until "
+            "timestamp 1764387601814 (org.apache.kafka.clients.NetworkClient)\n"
+            "[2026-11-29 03:40:01,003] DEBUG Sending PRODUCE request with header ... "
+            "(org.apache.kafka.clients.NetworkClient)\n"
+            "[2026-11-29 03:40:02,900] TRACE Connection to node -1 is throttled for 0 ms until "
+            "timestamp 1764387602900 (org.apache.kafka.clients.NetworkClient)\n"
+            "[2026-11-29 03:40:03,001] TRACE Connection to node 1 is throttled for 1377 ms until "
+            "timestamp 1764387604378 (org.apache.kafka.clients.NetworkClient)\n")
+    assert throttles(text) == [812, 0, 1377]
+
+
+def test_print_metrics_lines_by_group_and_name_the_largest_over_tag_sets() -> None:
+    text = """
+Metric Name                                                              Value
+producer-metrics:produce-throttle-time-avg:{client-id=bulk}            : 812.500
+producer-metrics:produce-throttle-time-max:{client-id=bulk}            : 1377.000
+producer-node-metrics:request-latency-max:{client-id=bulk, node-id=node--1} : 15.000
+producer-node-metrics:request-latency-max:{client-id=bulk, node-id=node-1} : 2011.000
+producer-metrics:record-error-rate:{client-id=bulk}                    : NaN
+kafka-metrics-count:count:{client-id=bulk}                             : 112.000
+producer-metrics:client-id:{client-id=bulk}                            : bulk
+50000 records sent, 1130.2 records/sec (1.10 MB/sec)
+"""
+    assert client_metrics(text) == {
+        "producer-metrics:produce-throttle-time-avg": 812.5,
+        "producer-metrics:produce-throttle-time-max": 1377.0,
+        "producer-node-metrics:request-latency-max": 2011.0,
+        "kafka-metrics-count:count": 112.0,
+    }
+
+
+def steady(rate: float, seconds: float, first: float = 1.0) -> Timeline:
+    """`rate` bytes/s from `first`, read every 0.25 s."""
+    t, marks = 0.0, []
+    while t <= seconds:
+        marks.append((t, int(max(0.0, t - first) * rate)))
+        t = round(t + STEP, 6)
+    return Timeline(marks)
+
+
+def test_the_rate_is_counted_over_whole_windows_after_the_warm_up() -> None:
+    out = judge(steady(1000.0, 60.0), Outcome("c", "kafka"), SLIDING_S)
+    # From 12.25 s (the first byte read at 1.25 s, plus 11 s) to the last whole window before
+    # 60 s: 56.25 s.
+    assert out.span == (12.25, 56.25)
+    assert out.rate == pytest.approx(1000.0, abs=1)
+    assert out.worst == pytest.approx(11_000, abs=250)
+    assert out.errors == []
+
+
+def test_the_first_allowance_is_left_out_and_bytes_after_the_last_window_too() -> None:
+    tl = steady(1000.0, 60.0)
+    # 10 s of quota at once at the start, and a last burst after the last whole window
+    tl.marks = [(t, n + (10_000 if t >= 1.25 else 0) + (30_000 if t >= 57 else 0)) for t, n in tl.marks]
+    out = judge(tl, Outcome("c", "kafka"), SLIDING_S)
+    assert out.span == (12.25, 56.25)
+    assert out.rate == pytest.approx(1000.0, abs=1)
+
+
+def test_a_run_too_short_for_a_whole_window_is_an_error_not_a_rate() -> None:
+    out = judge(steady(1000.0, 20.0), Outcome("c", "proxy"), SLIDING_S)
+    assert out.rate is None and out.worst is None
+    assert out.errors == ["18.8 s from the first byte to the last: no whole 11 s window after "
+                          "the 11 s warm-up"]
+    nothing = judge(Timeline([(0.0, 0), (0.25, 0)]), Outcome("c", "proxy"), SLIDING_S)
+    assert nothing.errors == ["the broker appended nothing"]
+
+
+def outcome(path: str, rate: float, worst: float, told: list[int], case: str = "java-producer-1k") -> Outcome:
+    return Outcome(case, path, rate=rate * QUOTA, worst=worst * WORTH, throttles=told)
+
+
+def test_the_medians_of_each_path_and_a_gap_within_the_bounds() -> None:
+    rows = medians([outcome("kafka", 1.10, 1.30, [100, 300]), outcome("proxy", 1.12, 1.31, [200, 240]),
+                    outcome("kafka", 1.20, 1.40, [250]), outcome("proxy", 1.13, 1.36, [210]),
+                    outcome("kafka", 1.12, 1.35, [190, 230]), outcome("proxy", 1.50, 1.50, [400])])
+    assert rows == [
+        # mean throttles 200, 250, 210 (median 210); 220, 210, 400 (median 220)
+        ("java-producer-1k, kafka: median of 3",
+         "1.120, worst 1.350x, mean throttle 210 ms (rates 1.100, 1.200, 1.120)"),
+        ("java-producer-1k, proxy: median of 3",
+         "1.130, worst 1.360x, mean throttle 220 ms (rates 1.120, 1.130, 1.500)"),
+        # 1.130 / 1.120 - 1 = +0.9%; 1.360 - 1.350 = +0.010x; 220 / 210 - 1 = +4.8%
+        ("java-producer-1k: proxy - Kafka",
+         "rate +0.9%, worst +0.010x, mean throttle +4.8%: within 3%, 0.05x, 15%"),
+    ]
+
+
+def test_a_gap_outside_any_bound_says_so() -> None:
+    assert gap((1.00, 1.00, 200.0), (0.96, 1.00, 200.0)) == (
+        "rate -4.0%, worst +0.000x, mean throttle +0.0%: outside 3%, 0.05x, 15%")
+    assert gap((1.00, 0.99, 200.0), (1.00, 1.08, 200.0)) == (
+        "rate +0.0%, worst +0.090x, mean throttle +0.0%: outside 3%, 0.05x, 15%")
+    assert gap((1.00, 1.00, 200.0), (1.00, 1.00, 240.0)) == (
+        "rate +0.0%, worst +0.000x, mean throttle +20.0%: outside 3%, 0.05x, 15%")
+    # a path never throttled cannot be said to match the other's throttles
+    assert gap((1.00, 1.00, None), (1.00, 1.00, 240.0)) == (
+        "rate +0.0%, worst +0.000x, mean throttle not compared (no throttles on a path): "
+        "outside 3%, 0.05x, 15%")
+
+
+def test_a_run_without_a_rate_is_left_out_of_the_medians() -> None:
+    failed = Outcome("librdkafka-producer", "proxy", errors=["the broker appended nothing"])
+    rows = medians([failed, outcome("proxy", 0.99, 1.05, [], "librdkafka-producer")])
+    assert rows == [("librdkafka-producer, proxy: median of 1",
+                     "0.990, worst 1.050x, mean throttle - (rates 0.990)")]
