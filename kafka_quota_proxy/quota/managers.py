@@ -16,7 +16,7 @@ from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Resolution, Tags
 from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
-from kafka_quota_proxy.quota.shared import Owed, SharedRate
+from kafka_quota_proxy.quota.shared import Owed, SharedFetchRate, SharedRate
 from kafka_quota_proxy.quota.throttle import (
     INT_MAX,
     java_round,
@@ -140,6 +140,15 @@ class ClientQuotaManager(_ResolvedQuota):
             return _clamp_throttle(math.ceil(rate.pace(value, bound, now_ms) - now_ms))
         if bound is None:
             return 0
+        if self.key is QuotaKey.CONSUMER_BYTE_RATE and rate.takes_turns():
+            fetch_rate = cast(SharedFetchRate, rate)
+            measured, decided = fetch_rate.fetch_turn(now_ms, value, bound)
+            if decided is not None:
+                return decided
+            throttle = _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms,
+                                                             self.max_throttle_ms))
+            fetch_rate.muted(now_ms, now_ms + throttle)
+            return throttle
         if rate.owes and handles is not None:
             # Shared with other replicas (a Produce quota): Kafka's throttle, settled at the
             # store's next reads (SharedRate.owe); the connection is held for what is owed.

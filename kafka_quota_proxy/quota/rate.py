@@ -196,6 +196,10 @@ class Rate:
         may decide otherwise (`SharedRate.judge_fetch`)."""
         return measured, None
 
+    def takes_turns(self) -> bool:
+        """Whether a fetch of this rate takes turns with other replicas (`SharedFetchRate`)."""
+        return False
+
     def quota_share(self) -> float:
         """The part of the quota this stat's own bytes may pace at: all of it here. A rate shared
         with other replicas paces at its part of the fleet's bytes (`SharedRate.quota_share`)."""

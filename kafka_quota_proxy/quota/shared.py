@@ -29,7 +29,7 @@ from typing import Literal, Protocol, TypeVar
 
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
-from kafka_quota_proxy.quota.turns import Turns
+from kafka_quota_proxy.quota.turns import TURN_READS, Turns
 
 FailurePolicy = Literal["local_share", "open", "closed"]
 
@@ -538,12 +538,57 @@ class SharedFetchRate(SharedRate):
     client alone was being served took the others to want nothing, and took the whole headroom
     while they took their parts of it (3 replicas in `bench.shared_sim`: 11 s windows of 2.1x)."""
 
-    __slots__ = ("peers",)
+    __slots__ = ("peers", "turning")
 
     def __init__(self, config: MetricConfig, key: str, home: SharedQuotas,
                  peers_key: str) -> None:
         SharedRate.__init__(self, config, key, home)
         self.peers = home.presence(peers_key, self)
+        self.turning = False  # Kafka's rule, taking the store's turns: nothing predicted
+
+    def takes_turns(self) -> bool:
+        """Kafka's mode (not paced): the fetches of this quota take the store's turns
+        (`fetch_turn`), where it keeps them and more than one replica is live."""
+        home = self.home
+        return home.turns is not None and self.degraded is None and home.live_replicas > 1
+
+    def fetch_turn(self, now_ms: float, size: float, bound: float) -> tuple[float, int | None]:
+        """A fetch of `size`, just recorded, judged by Kafka's rule on what is known (this
+        replica's bytes and the others' as last read), the replicas taking turns for the
+        headroom: over the quota, (rate, None), the caller throttles by Kafka's rule, and the
+        replica asks for a turn shortly before the client is back (`Turns.due`); within it, the
+        fetch is delivered (_, 0) where this replica heads the entity's queue, else refused
+        until the next read (_, ms), the replica asking for a turn. The head hands the turn on
+        once it has had a few sync intervals' worth of the quota (`Turns.paid`)."""
+        if not self.turning:
+            self.turning = True
+        self.ratio = 0.0
+        known = self.measure(now_ms)
+        home = self.home
+        turns = home.turns
+        assert turns is not None
+        key = self.key
+        if known > bound:
+            return known, None
+        if key in turns.heads:
+            paid_ms = size * 1000.0 / bound
+            if paid_ms >= TURN_READS * home.read_every_ms:
+                turns.leave(key)
+            else:
+                turns.paid(key, now_ms, now_ms + paid_ms)
+            return known, 0
+        turns.wait(key, now_ms + home.read_every_ms)
+        return known, home.until_next_read_ms(now_ms)
+
+    def muted(self, now_ms: float, due_ms: float) -> None:
+        turns = self.home.turns
+        if turns is None:
+            return
+        if due_ms - now_ms <= 2 * self.home.read_every_ms:
+            turns.wait(self.key, due_ms)
+        else:
+            turns.leave(self.key)
+            turns.due(self.key, due_ms)
 
     def _enter_sample(self, now_ms: float) -> None:
         """The first bytes of an aligned sample (a fetch's): this replica fetched in it. Marked
@@ -556,7 +601,9 @@ class SharedFetchRate(SharedRate):
     def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
         SharedRate.set_totals(self, totals, sample_floor, now_ms)
         peers = self.peers
-        if peers.read:
+        if self.turning and self.takes_turns():
+            self.ratio = 0.0
+        elif peers.read:
             self.ratio = peers.fetching(now_ms)
 
 
@@ -590,7 +637,8 @@ class SharedPresence(AlignedCounts):
     def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
         AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
         self.read = True
-        self.owner.ratio = self.fetching(now_ms)
+        owner = self.owner
+        owner.ratio = 0.0 if owner.turning and owner.takes_turns() else self.fetching(now_ms)
 
 
 class SharedBucket(AlignedCounts, TokenBucket):

@@ -32,7 +32,7 @@ GRACE_READS = 2
 class Turns:
     """This replica's claims on the store's queues, and what the last read said of them."""
 
-    __slots__ = ("read_every_ms", "_waiting", "_left", "heads", "crowded", "_turn_from")
+    __slots__ = ("read_every_ms", "_waiting", "_left", "heads", "crowded", "_turn_from", "_due")
 
     def __init__(self, read_every_ms: float = 100.0) -> None:
         self.read_every_ms = read_every_ms
@@ -41,6 +41,7 @@ class Turns:
         self.heads: set[str] = set()  # keys whose queue this replica's claim heads, as last read
         self.crowded: set[str] = set()  # keys whose queue holds another replica's claim too
         self._turn_from: dict[str, float] = {}  # key -> the paced time its turn began at
+        self._due: dict[str, float] = {}  # key -> when a muted client of this replica is back
 
     def wait(self, key: str, until_ms: float) -> None:
         """A client of this replica waits for a turn on `key` until at least `until_ms`."""
@@ -58,6 +59,14 @@ class Turns:
         else:
             self.wait(key, until_ms)
 
+    def due(self, key: str, at_ms: float) -> None:
+        """A client of this replica is muted until `at_ms` (Kafka's throttle of a fetch): its
+        claim is made shortly before, at the sync that comes a read before `at_ms`, so that the
+        claims queue in the order the clients come back, and a muted client holds no turn."""
+        known = self._due.get(key)
+        if known is None or at_ms < known:
+            self._due[key] = at_ms
+
     def leave(self, key: str) -> None:
         """Give the turn up: the claim leaves the queue at the next sync, and a client that
         still waits asks again, at the back."""
@@ -71,6 +80,12 @@ class Turns:
         renew). A claim not renewed within `GRACE_READS` intervals of its last wait is taken off."""
         left = self._left
         self._left = set()
+        lead = 1.5 * self.read_every_ms
+        for key, at in list(self._due.items()):
+            if at - lead <= now_ms:
+                del self._due[key]
+                self.wait(key, at)
+                left.discard(key)
         grace = GRACE_READS * self.read_every_ms
         for key, until in list(self._waiting.items()):
             if now_ms > until + grace:

@@ -9,13 +9,21 @@ from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
-from kafka_quota_proxy.quota.shared import SharedQuotas, StoreClock, sensor_key_text
+from kafka_quota_proxy.quota.shared import (
+    ScopedShared,
+    SharedFetchRate,
+    SharedQuotas,
+    StoreClock,
+    sensor_key_text,
+)
+from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
 from kafka_quota_proxy.quota.turns import GRACE_READS, TURN_READS, Turns
 from tests.quota.test_shared import Sums
 
 CONFIG = MetricConfig(samples=11, window_ms=1000)  # (N-1) W = 10 s of first allowance
 KEY = sensor_key_text("consume", "cluster", ("Fetch", "", "bulk"))
 EVERY = 100.0  # the sync's interval
+KEY_BULK = sensor_key_text("fetch", "cluster", ("Fetch", "", "bulk"))  # (as ScopedShared makes it)
 
 
 # -- the claims -------------------------------------------------------------------------------------
@@ -174,3 +182,96 @@ class _Stats:
 
     def rate(self, key: object) -> object:
         return self.quotas.rate(sensor_key_text("consume", "cluster", key))
+
+
+# -- Kafka's rule on a fleet: fetches take turns -----------------------------------------------------
+
+def test_a_muted_client_is_claimed_a_read_and_a_half_before_it_is_back() -> None:
+    """So that the claims queue in the order the clients come back, and a muted client holds
+    no turn meanwhile."""
+    t = Turns(EVERY)
+    t.due("k", 2_000)
+    t.due("k", 1_000)  # the earlier one counts
+    t.due("k", 1_500)
+    assert t.claims(849) == ([], [])
+    assert t.claims(850) == ([], ["k"])  # 1,000 - 1.5 x 100
+    assert t.claims(1_000 + GRACE_READS * EVERY) == ([], ["k"])
+    assert t.claims(1_001 + GRACE_READS * EVERY) == (["k"], [])
+
+
+def test_a_claim_due_again_before_the_sync_is_not_taken_off() -> None:
+    t = Turns(EVERY)
+    t.wait("k", 0)
+    t.leave("k")
+    t.due("k", 100)
+    assert t.claims(0) == ([], ["k"])
+
+
+def _fetches(replicas: int = 3) -> tuple[ClientQuotaManager, SharedQuotas]:
+    """A replica's fetch manager under a 1,000 B/s consumer quota for client-id `bulk`, its
+    store keeping turns, its last read at 9,960 ms."""
+    quotas = _replica(replicas)
+    store = QuotaStore({QuotaEntity(client_id="bulk"): {QuotaKey.CONSUMER_BYTE_RATE: 1000.0}})
+    return ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, store, CONFIG, LocalSensors(CONFIG),
+                              ScopedShared(quotas, "fetch", "cluster")), quotas
+
+
+def _fetch_rate(quotas: SharedQuotas) -> SharedFetchRate:
+    (rate,) = [s for s in quotas._stats.values() if isinstance(s, SharedFetchRate)]
+    return rate
+
+
+def test_a_fetch_takes_turns_only_on_a_fleet_whose_store_keeps_them() -> None:
+    fetch, quotas = _fetches()
+    fetch.record_no_throttle("", "bulk", 0, 10_000)
+    rate = _fetch_rate(quotas)
+    assert rate.takes_turns()
+    quotas.live_replicas = 1  # alone: Kafka's rule as on one broker
+    assert not rate.takes_turns()
+    quotas.live_replicas = 3
+    quotas.degrade(0.0, "closed")  # the store out of reach: its share of the quota
+    assert not rate.takes_turns()
+    alone_quotas = SharedQuotas(CONFIG, clock=StoreClock())
+    alone_quotas.live_replicas = 3
+    assert alone_quotas.turns is None
+    assert not alone_quotas.fetch_rate("k", "p").takes_turns()
+
+
+def test_a_fetch_within_the_quota_is_delivered_where_the_replica_heads_the_queue() -> None:
+    fetch, quotas = _fetches()
+    turns = quotas.turns
+    assert turns is not None
+    # Not at the head: refused until the next read (due at 10,060), and a turn asked for.
+    assert fetch.record_and_get_throttle_ms("", "bulk", 200, 10_000) == 60
+    fetch.unrecord("", "bulk", 200, 10_000)
+    assert turns.claims(10_060) == ([], [KEY_BULK])
+    turns.answered({KEY_BULK}, {KEY_BULK})
+    # At the head: delivered, and the turn kept while it is short of three sync intervals.
+    assert fetch.record_and_get_throttle_ms("", "bulk", 200, 10_060) == 0
+    assert KEY_BULK in turns.heads
+    # A fetch of three sync intervals of the quota or more hands the turn on.
+    assert fetch.record_and_get_throttle_ms("", "bulk", 300, 10_070) == 0
+    assert KEY_BULK not in turns.heads
+    assert turns.claims(10_160) == ([KEY_BULK], [])
+
+
+def test_a_fetch_over_the_quota_on_what_is_known_gets_kafkas_throttle_and_claims_before_it_ends() -> None:
+    fetch, quotas = _fetches()
+    turns = quotas.turns
+    assert turns is not None
+    turns.wait(KEY_BULK, 10_000)
+    turns.answered({KEY_BULK}, set())
+    assert fetch.record_and_get_throttle_ms("", "bulk", 10_000, 10_000) == 0  # its first allowance
+    rate = _fetch_rate(quotas)
+    now = 10_500.0
+    fetch.record_no_throttle("", "bulk", 0, now)  # (the stat's clock at `now`)
+    rate.record(2_000, now)
+    expected = rate_throttle_time_ms(rate, rate.measure(now), 1000.0, now)
+    rate.record(-2_000, now)
+    throttle = fetch.record_and_get_throttle_ms("", "bulk", 2_000, now)
+    assert throttle == expected > 2 * EVERY
+    # Muted for longer than two reads: the turn is handed on, and asked for again a read and a
+    # half before the client is back.
+    assert KEY_BULK not in turns.heads
+    assert turns.claims(now + throttle - 151) == ([KEY_BULK], [])
+    assert turns.claims(now + throttle - 150) == ([], [KEY_BULK])
