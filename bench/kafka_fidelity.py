@@ -6,22 +6,35 @@ Both quotas are set the same way, with Kafka's own `kafka-configs.sh` (ConfigCom
 broker for (a), at the proxy (its AlterClientQuotas; ANONYMOUS from loopback may) for (b); each is
 deleted after its run.
 
-Cases (`--cases`), each under a `producer_byte_rate` of 1,000,000 B/s for client-id `bulk`:
-- `java-producer-1k`, `java-producer-16k`: Kafka's `kafka-producer-perf-test` (ProducerPerformance)
-  with `--throughput -1`, 1 KiB and 16 KiB records, the tool's defaults otherwise (acks=all,
-  linger 5 ms, 16 KiB batches), as many records as `--seconds` of 1.1x the quota;
+Cases (`--cases`), each under a quota of 1,000,000 B/s for client-id `bulk`:
+- `java-producer-1k`, `java-producer-16k` (`producer_byte_rate`): Kafka's
+  `kafka-producer-perf-test` (ProducerPerformance) with `--throughput -1`, 1 KiB and 16 KiB
+  records, the tool's defaults otherwise (acks=all, linger 5 ms, 16 KiB batches), as many records
+  as `--seconds` of 1.1x the quota;
 - `librdkafka-producer`: a librdkafka producer flat out for `--seconds` (1 KiB records, 128 KiB
-  batches, linger 5 ms, acks=1, a 4 MiB queue: devkit.producing's).
+  batches, linger 5 ms, acks=1, a 4 MiB queue: devkit.producing's);
+- `java-consumer-small`, `java-consumer-large` (`consumer_byte_rate`): Kafka's
+  `kafka-consumer-perf-test` (ConsumerPerformance) reading a partition of 1 KiB records filled
+  beforehand, as many records as `--seconds` of 1.1x the quota, with `fetch.max.bytes` and
+  `max.partition.fetch.bytes` of 64 KiB (small) or 50 MiB (large: each fetch is then capped by
+  the quota's window, KAFKA-9677, and runs twice `--seconds`, as Kafka's broker then delivers
+  ten seconds of quota at a time);
+- `librdkafka-consumer-small`, `librdkafka-consumer-large`: a librdkafka consumer
+  (bench.many_connections.read) reading the same for `--seconds`, with the same fetch sizes.
 
 For each case and path:
-- rate: the record bytes the broker appended (its end offsets, read every 0.25 s straight from the
-  broker, times the record size), over whole 11 s windows from `--warm-up` after the first byte
-  (Kafka's first allowance paid back) to the last whole one before the last byte;
+- rate: for producers the record bytes the broker appended (its end offsets, read every 0.25 s
+  straight from the broker, times the record size); for consumers the records the consumer was
+  given (the Java consumer's FETCH requests, which its NetworkClient logs at DEBUG, each from the
+  offset after what it had; librdkafka's records read), since through the proxy the broker also
+  sends the fetches the proxy then holds back. Over whole 11 s windows from `--warm-up` after the
+  first byte (Kafka's first allowance paid back; for consumers, after the group's first records,
+  wherever it joined) to the last whole one before the last byte;
 - worst: the most in any sliding 11 s window over the same span;
 - throttled: the responses that told the client to wait and their mean throttle time, as the
   client saw them (the Java client's NetworkClient logs each at TRACE, "Connection to node N is
-  throttled for T ms"; librdkafka calls `throttle_cb`), and for the Java tool its own
-  `produce-throttle-time-avg` and `-max` (`--print-metrics`).
+  throttled for T ms"; librdkafka calls `throttle_cb`), and for the Java tools their own
+  `produce-throttle-time-avg`/`-max` or `fetch-throttle-time-avg`/`-max` (`--print-metrics`).
 
 With the rounds, each path's medians and the proxy's gap from Kafka's broker, against the bounds:
 rate within 3%, worst window within 0.05x of the quota's worth, the mean throttle within 15%.
@@ -48,12 +61,13 @@ import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.many_connections import CLIENT_ID, QUOTA, RATE_BOUND, WINDOW_BOUND, create_topic
+from bench.many_connections import CLIENT_ID, QUOTA, RATE_BOUND, WINDOW_BOUND, create_topic, fill, read
 from bench.shared_accuracy import SLIDING_S, fullest
 from devkit.kafka import QUIET_LOG4J2, KafkaBroker, java_command, lib_dir, run_tool
 from devkit.processes import ProxyProcess
@@ -68,19 +82,34 @@ TRACE_NETWORK_LOG4J2 = QUIET_LOG4J2 + (
     "logger.network.name = org.apache.kafka.clients.NetworkClient\n"
     "logger.network.level = TRACE\n")
 THROTTLED = re.compile(r"Connection to node -?\d+ is throttled for (\d+) ms")
+SENT_FETCH = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] .*Sending FETCH request")
+FETCH_OFFSET = re.compile(r"fetchOffset=(\d+)")
+SMALL_FETCH, LARGE_FETCH = 64 * 1024, 50 * 1024 * 1024
 METRIC = re.compile(r"^([\w-]+):([\w.-]+):\{([^}]*)\}\s*:\s*(\S+)\s*$")
 
 
 @dataclass(frozen=True)
 class Case:
-    client: str  # "java" (kafka-producer-perf-test) or "librdkafka"
+    client: str  # "java" (Kafka's perf tools) or "librdkafka"
     record: int  # bytes of each record's value
+    fetch: int | None = None  # a consumer's fetch.max.bytes and max.partition.fetch.bytes
+    # runs this many times `--seconds`: a consumer of large fetches on Kafka's broker takes its
+    # quota in bursts of ten seconds' worth (KAFKA-9677's cap), a few a minute
+    longer: float = 1.0
+
+    @property
+    def key(self) -> str:
+        return "producer_byte_rate" if self.fetch is None else "consumer_byte_rate"
 
 
 CASES = {
     "java-producer-1k": Case("java", 1024),
     "java-producer-16k": Case("java", 16 * 1024),
     "librdkafka-producer": Case("librdkafka", RECORD),
+    "java-consumer-small": Case("java", RECORD, SMALL_FETCH),
+    "java-consumer-large": Case("java", RECORD, LARGE_FETCH, 2.0),
+    "librdkafka-consumer-small": Case("librdkafka", RECORD, SMALL_FETCH),
+    "librdkafka-consumer-large": Case("librdkafka", RECORD, LARGE_FETCH, 2.0),
 }
 
 
@@ -93,6 +122,7 @@ class Outcome:
     round: int = 0
     rate: float | None = None  # bytes/s over whole windows, measured at the broker
     worst: float | None = None  # bytes in the fullest sliding 11 s window of that span
+    worst_at: float = 0.0  # where that window starts, seconds after the start
     span: tuple[float, float] | None = None  # seconds after the start
     throttles: list[int] = field(default_factory=list)  # ms, each response that throttled
     metrics: dict[str, float] = field(default_factory=dict)  # the Java tool's --print-metrics
@@ -109,6 +139,33 @@ def throttles(text: str) -> list[int]:
     """The throttle time (ms) of each response a Java client logged as throttling it (at TRACE,
     TRACE_NETWORK_LOG4J2)."""
     return [int(m.group(1)) for m in THROTTLED.finditer(text)]
+
+
+def fetch_positions(text: str, origin: float, record: int, wall_offset: float) -> Timeline:
+    """A Java consumer's position over time from the FETCH requests its NetworkClient logged (at
+    DEBUG): each asks from the offset after what it has been given, so the furthest offset asked so
+    far times `record` (a partition of records of one size) is what it was given, stamped a few ms
+    after it came. The log's times are this machine's wall clock in its time zone; `wall_offset`
+    is time.time() - time.monotonic(), `origin` the monotonic start. One partition: offsets of
+    several are not added up. (Its `--show-detailed-stats` are no clock: a line is printed only
+    when a record is consumed after the interval, so a burst shows up to a throttle late.)"""
+    out = Timeline([(0.0, 0)])
+    furthest = first = None
+    for line in text.splitlines():
+        m = SENT_FETCH.match(line)
+        if m is None:
+            continue
+        offsets = [int(x) for x in FETCH_OFFSET.findall(line)]
+        if not offsets:
+            continue
+        if first is None:
+            first = min(offsets)  # where it started reading: nothing given yet
+        if furthest is not None and max(offsets) <= furthest:
+            continue
+        furthest = max(offsets)
+        wall = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        out.marks.append((wall - wall_offset - origin, (furthest - first) * record))
+    return out
 
 
 def client_metrics(text: str) -> dict[str, float]:
@@ -195,38 +252,40 @@ def judge(timeline: Timeline, out: Outcome, warm_up: float) -> Outcome:
     end = start + windows * SLIDING_S
     out.span = (start, end)
     out.rate = (timeline.at(end) - timeline.at(start)) / (end - start)
-    out.worst = fullest(timeline.at, start, end)[0]
+    out.worst, out.worst_at = fullest(timeline.at, start, end)
     return out
 
 
 # -- the workloads ------------------------------------------------------------------------------------
 
-def java_produce(bootstrap: str, topic: str, record: int, records: int, timeout: float,
-                 out: Outcome) -> None:
-    """kafka-producer-perf-test, flat out, `records` of `record` bytes under client-id `bulk`: its
-    throttled responses and metrics into `out`."""
+def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome) -> str:
+    """One of Kafka's perf tools (`tool`: its class in org.apache.kafka.tools) with `args`, its
+    NetworkClient logging to standard error at TRACE: its throttled responses and its throttle
+    metrics into `out`; returns that log."""
     with tempfile.TemporaryDirectory(prefix="kafka-fidelity-") as scratch:
         log4j = Path(scratch, "log4j2.properties")
         log4j.write_text(TRACE_NETWORK_LOG4J2)
-        cmd = java_command("org.apache.kafka.tools.ProducerPerformance", "--topic", topic,
-                           "--num-records", str(records), "--record-size", str(record),
-                           "--throughput", "-1", "--print-metrics", "--producer-props",
-                           f"bootstrap.servers={bootstrap}", f"client.id={CLIENT_ID}",
+        cmd = java_command(f"org.apache.kafka.tools.{tool}", *args, "--print-metrics",
                            lib=lib_dir(None), log4j=log4j)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
-            out.errors.append(f"kafka-producer-perf-test ran over {timeout:.0f} s")
+            out.errors.append(f"{tool} ran over {timeout:.0f} s")
             err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
             out.throttles = throttles(err)
-            return
+            return err
     out.throttles = throttles(done.stderr)
     out.metrics = {k.split(":", 1)[1]: v for k, v in client_metrics(done.stdout).items()
-                   if k.startswith("producer-metrics:produce-throttle-time")}
+                   if k.split(":", 1)[1] in THROTTLE_METRICS}
     if done.returncode != 0:
-        out.errors.append(f"kafka-producer-perf-test exited {done.returncode}: "
+        out.errors.append(f"{tool} exited {done.returncode}: "
                           f"{done.stderr.strip().splitlines()[-1:] or done.stdout[-300:]}")
+    return done.stderr
+
+
+THROTTLE_METRICS = ("produce-throttle-time-avg", "produce-throttle-time-max",
+                    "fetch-throttle-time-avg", "fetch-throttle-time-max")
 
 
 def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome) -> None:
@@ -246,11 +305,32 @@ def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, ou
         out.errors.append(f"{timeline.errors} records not delivered")
 
 
-def quota(bootstrap: str, value: int | None) -> None:
-    """Set (or with None delete) `producer_byte_rate` for client-id `bulk` with kafka-configs.sh at
+def rdkafka_read(bootstrap: str, topic: str, group: str, fetch: int, seconds: float, start: float,
+                 out: Outcome) -> Timeline:
+    """bench.many_connections' librdkafka consumer in `group` for `seconds` from `start`,
+    fetching at most `fetch` bytes: the bytes of the records it read over time, and each throttle
+    it was told into `out`."""
+    told: list[int] = []
+
+    def throttled(event: Any) -> None:
+        ms = round(event.throttle_time * 1000)
+        if ms > 0:
+            told.append(ms)
+
+    timeline = Timeline()
+    read(bootstrap, topic, group, start, seconds, timeline,
+         config={"fetch.max.bytes": fetch, "max.partition.fetch.bytes": fetch,
+                 # librdkafka wants fetch.max.bytes at least this (1,000,000 by default)
+                 "message.max.bytes": min(fetch, 1_000_000), "throttle_cb": throttled})
+    out.throttles = told
+    return timeline
+
+
+def quota(bootstrap: str, key: str, value: int | None) -> None:
+    """Set (or with None delete) the quota `key` for client-id `bulk` with kafka-configs.sh at
     `bootstrap`: Kafka's broker, or the proxy."""
-    change = (["--add-config", f"producer_byte_rate={value}"] if value is not None
-              else ["--delete-config", "producer_byte_rate"])
+    change = (["--add-config", f"{key}={value}"] if value is not None
+              else ["--delete-config", key])
     done = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--alter",
                     "--entity-type", "clients", "--entity-name", CLIENT_ID, *change)
     if done.returncode != 0:
@@ -259,20 +339,50 @@ def quota(bootstrap: str, value: int | None) -> None:
 
 
 def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: str,
-            seconds: float, warm_up: float) -> Outcome:
+            seconds: float, warm_up: float, group: str = "fidelity") -> Outcome:
+    """One run of case `name` on `path` at `bootstrap`; a consumer reads `topic` from its start in
+    `group`, a group of its own (one that had committed would carry on from there)."""
     case = CASES[name]
     out = Outcome(name, path)
+    seconds *= case.longer
     start = time.monotonic() + 0.5
+    records = int(seconds * QUOTA * OVERRUN / case.record)
+    timeout = seconds * 3 + 60
+    if case.fetch is not None:
+        if case.client == "java":
+            wall_offset = time.time() - time.monotonic()
+            fetch = str(case.fetch)
+            log = java_tool("ConsumerPerformance", [
+                "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+                "--group", group, "--timeout", "60000", "--fetch-size", fetch,
+                "--command-property", f"client.id={CLIENT_ID}", "--command-property",
+                f"fetch.max.bytes={fetch}"], timeout, out)
+            given = fetch_positions(log, start, case.record, wall_offset)
+        else:
+            given = rdkafka_read(bootstrap, topic, group, case.fetch, seconds, start, out)
+        return judge(given, out, warm_up)
     with EndOffsets(broker.bootstrap, topic, 1, case.record, start) as meter:
         if case.client == "java":
-            records = int(seconds * QUOTA * OVERRUN / case.record)
-            java_produce(bootstrap, topic, case.record, records, seconds * 3 + 60, out)
+            java_tool("ProducerPerformance", [
+                "--topic", topic, "--num-records", str(records), "--record-size", str(case.record),
+                "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
+                f"client.id={CLIENT_ID}"], timeout, out)
         else:
             rdkafka_produce(bootstrap, topic, seconds, start, out)
         time.sleep(0.5)  # the last acknowledged bytes' offsets
     if meter.timeline.errors:
         out.errors.append(f"{meter.timeline.errors} end-offset readings failed")
-    return judge(meter.timeline, out, warm_up)
+    out = judge(meter.timeline, out, warm_up)
+    stall, at = longest_gap(meter.timeline)
+    if stall > 1.0:  # read every 0.25 s: a window near it may hold up to that much more or less
+        out.errors.append(f"the end offsets went unread for {stall:.1f} s from {at:.1f} s")
+    return out
+
+
+def longest_gap(timeline: Timeline) -> tuple[float, float]:
+    """The longest time between two readings of `timeline`, and when it began."""
+    marks = timeline.marks
+    return max(((b[0] - a[0], a[0]) for a, b in zip(marks, marks[1:], strict=False)), default=(0.0, 0.0))
 
 
 # -- the table -----------------------------------------------------------------------------------------
@@ -282,7 +392,8 @@ def rows_of(r: Outcome) -> list[tuple[str, str]]:
     rows = []
     if r.rate is not None and r.worst is not None and r.span is not None:
         rows.append((f"{name}: rate / quota, {r.span[0]:.1f}-{r.span[1]:.1f} s",
-                     f"{r.rate / QUOTA:.3f}, worst {r.worst / (QUOTA * SLIDING_S):.3f}x"))
+                     f"{r.rate / QUOTA:.3f}, worst {r.worst / (QUOTA * SLIDING_S):.3f}x "
+                     f"from {r.worst_at:.2f} s"))
     mean = r.mean_throttle
     told = f"{len(r.throttles)} throttled" + (f", mean {mean:.0f} ms" if mean is not None else "")
     if r.metrics:
@@ -351,17 +462,29 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
         proxy = ProxyProcess(broker.address, broker.node_id).start()
         stack.callback(proxy.stop)
         stamp = int(time.time())
+        filled = None  # one partition filled once, that every consumer case reads in its own group
+        if any(CASES[c].fetch is not None for c in cases):
+            filled = f"fidelity-filled-{stamp}"
+            create_topic(broker.bootstrap, filled, 1)
+            longest = max(CASES[c].longer for c in cases)
+            fill(broker.bootstrap, filled, 1,
+                 int((seconds * longest + 2 * SLIDING_S) * QUOTA * OVERRUN / 2**20) + 8)
         for round_ in range(runs):
             for name in cases:
+                key = CASES[name].key
                 for path in paths:
-                    topic = f"fidelity-{name}-{path}-{stamp}-{round_}"
-                    create_topic(broker.bootstrap, topic, 1)
+                    if filled is not None and CASES[name].fetch is not None:
+                        topic = filled
+                    else:
+                        topic = f"fidelity-{name}-{path}-{stamp}-{round_}"
+                        create_topic(broker.bootstrap, topic, 1)
                     bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
-                    quota(bootstrap, QUOTA)
+                    quota(bootstrap, key, QUOTA)
                     try:
-                        out = measure(name, path, broker, bootstrap, topic, seconds, warm_up)
+                        out = measure(name, path, broker, bootstrap, topic, seconds, warm_up,
+                                      f"fidelity-{name}-{path}-{stamp}-{round_}")
                     finally:
-                        quota(bootstrap, None)
+                        quota(bootstrap, key, None)
                     out.round = round_
                     results.append(out)
                     # as it goes, on standard error: a round of every case takes minutes

@@ -139,12 +139,14 @@ def fill(bootstrap: str, topic: str, partitions: int, megabytes: int) -> None:
 
 
 def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, out: Timeline,
-         rebalances: list[tuple[float, str]] | None = None, client_id: str = CLIENT_ID) -> None:
+         rebalances: list[tuple[float, str]] | None = None, client_id: str = CLIENT_ID,
+         config: Mapping[str, object] | None = None) -> None:
     """A member of `group` under `client_id` (`bulk`), reading from the earliest offsets: the bytes of
     the records it read, every 0.25 s; each assignment and revocation it is given goes into
-    `rebalances`, with when."""
+    `rebalances`, with when. `config` adds to the consumer's settings (fetch sizes, a
+    `throttle_cb`)."""
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": group,
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False, **(config or {})})
     seen = rebalances if rebalances is not None else []
 
     def note(what: str) -> Callable[[Any, list[Any]], None]:

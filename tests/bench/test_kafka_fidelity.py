@@ -4,9 +4,21 @@ medians against the fidelity bounds (rate 3%, worst window 0.05x, mean throttle 
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
-from bench.kafka_fidelity import Outcome, client_metrics, gap, judge, medians, throttles
+from bench.kafka_fidelity import (
+    CASES,
+    Outcome,
+    client_metrics,
+    fetch_positions,
+    gap,
+    judge,
+    longest_gap,
+    medians,
+    throttles,
+)
 from bench.many_connections import QUOTA
 from bench.shared_accuracy import SLIDING_S
 from devkit.producing import Timeline
@@ -45,6 +57,44 @@ producer-metrics:client-id:{client-id=bulk}                            : bulk
         "producer-node-metrics:request-latency-max": 2011.0,
         "kafka-metrics-count:count": 112.0,
     }
+
+
+def fetch_line(stamp: str, offset: int) -> str:
+    return (f"[2026-11-29 {stamp}] DEBUG [Consumer clientId=bulk, groupId=g] Sending FETCH request "
+            "with header RequestHeader(apiKey=FETCH, apiVersion=17, clientId=bulk, correlationId=9) "
+            "and timeout 30000 to node 1: FetchRequestData(clusterId=null, replicaId=-1, topics="
+            "[FetchTopic(topic='', topicId=AAAAAAAAAAAAAAAAAAAAAA, partitions=[FetchPartition("
+            f"partition=0, currentLeaderEpoch=0, fetchOffset={offset}, lastFetchedEpoch=-1, "
+            "logStartOffset=-1, partitionMaxBytes=65536, replicaDirectoryId=AAAAAAAAAAAAAAAAAAAAAA)"
+            "])]) (org.apache.kafka.clients.NetworkClient)")
+
+
+def test_a_java_consumers_position_is_read_from_the_fetch_requests_it_logged() -> None:
+    wall = datetime.strptime("2026-11-29 04:00:10,000", "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    # the run started at monotonic 500.0, which was wall time 04:00:10
+    origin, wall_offset = 500.0, wall - 500.0
+    log = "\n".join([
+        fetch_line("04:00:10,500", 0),        # where it starts: nothing given yet
+        fetch_line("04:00:11,000", 64),       # 64 records given
+        "[2026-11-29 04:00:11,001] TRACE Connection to node 1 is throttled for 700 ms until "
+        "timestamp 1 (org.apache.kafka.clients.NetworkClient)",
+        fetch_line("04:00:11,750", 64),       # asked again after an empty (throttled) answer
+        fetch_line("04:00:12,250", 128),
+    ])
+    tl = fetch_positions(log, origin, 1024, wall_offset)
+    assert tl.marks == [(0.0, 0), (0.5, 0), (1.0, 64 * 1024), (2.25, 128 * 1024)]
+
+
+def test_consumer_cases_are_judged_under_the_consumer_quota_producers_under_the_producer_one() -> None:
+    assert {name: case.key for name, case in CASES.items()} == {
+        "java-producer-1k": "producer_byte_rate", "java-producer-16k": "producer_byte_rate",
+        "librdkafka-producer": "producer_byte_rate",
+        "java-consumer-small": "consumer_byte_rate", "java-consumer-large": "consumer_byte_rate",
+        "librdkafka-consumer-small": "consumer_byte_rate",
+        "librdkafka-consumer-large": "consumer_byte_rate"}
+    # large fetches on Kafka's broker come ten seconds of quota at a time: those cases run longer
+    assert {name for name, case in CASES.items() if case.longer > 1} == {
+        "java-consumer-large", "librdkafka-consumer-large"}
 
 
 def steady(rate: float, seconds: float, first: float = 1.0) -> Timeline:
@@ -122,3 +172,8 @@ def test_a_run_without_a_rate_is_left_out_of_the_medians() -> None:
     rows = medians([failed, outcome("proxy", 0.99, 1.05, [], "librdkafka-producer")])
     assert rows == [("librdkafka-producer, proxy: median of 1",
                      "0.990, worst 1.050x, mean throttle - (rates 0.990)")]
+
+
+def test_the_longest_time_the_end_offsets_went_unread() -> None:
+    assert longest_gap(Timeline([(0.0, 0), (0.25, 10), (2.75, 30), (3.0, 40)])) == (2.5, 0.25)
+    assert longest_gap(Timeline([(0.0, 0)])) == (0.0, 0.0)
