@@ -58,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -67,9 +67,18 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench.many_connections import CLIENT_ID, QUOTA, RATE_BOUND, WINDOW_BOUND, create_topic, fill, read
+from bench.many_connections import (
+    CLIENT_ID,
+    QUOTA,
+    RATE_BOUND,
+    WINDOW_BOUND,
+    client_quota,
+    create_topic,
+    fill,
+    read,
+)
 from bench.shared_accuracy import SLIDING_S, fullest
-from devkit.kafka import QUIET_LOG4J2, KafkaBroker, java_command, lib_dir, run_tool
+from devkit.kafka import QUIET_LOG4J2, KafkaBroker, java_command, lib_dir
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD, Timeline, produce
 
@@ -288,18 +297,23 @@ THROTTLE_METRICS = ("produce-throttle-time-avg", "produce-throttle-time-max",
                     "fetch-throttle-time-avg", "fetch-throttle-time-max")
 
 
+def throttle_cb(told: list[int]) -> Callable[[Any], None]:
+    """A librdkafka `throttle_cb` that appends to `told` each throttle (ms) a broker or the proxy
+    told the client; not the 0 ms librdkafka also reports when the throttling stops."""
+    def throttled(event: Any) -> None:
+        ms = round(event.throttle_time * 1000)
+        if ms > 0:
+            told.append(ms)
+    return throttled
+
+
 def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome) -> None:
     """devkit.producing's librdkafka producer flat out for `seconds` from `start`, each throttle
     it was told into `out`."""
     told: list[int] = []
-
-    def throttled(event: Any) -> None:
-        ms = round(event.throttle_time * 1000)
-        if ms > 0:  # librdkafka also says when a broker stops throttling it (0 ms)
-            told.append(ms)
-
     timeline = Timeline()
-    produce(bootstrap, topic, CLIENT_ID, start, seconds, timeline, config={"throttle_cb": throttled})
+    produce(bootstrap, topic, CLIENT_ID, start, seconds, timeline,
+            config={"throttle_cb": throttle_cb(told)})
     out.throttles = told
     if timeline.errors:
         out.errors.append(f"{timeline.errors} records not delivered")
@@ -311,31 +325,13 @@ def rdkafka_read(bootstrap: str, topic: str, group: str, fetch: int, seconds: fl
     fetching at most `fetch` bytes: the bytes of the records it read over time, and each throttle
     it was told into `out`."""
     told: list[int] = []
-
-    def throttled(event: Any) -> None:
-        ms = round(event.throttle_time * 1000)
-        if ms > 0:
-            told.append(ms)
-
     timeline = Timeline()
     read(bootstrap, topic, group, start, seconds, timeline,
          config={"fetch.max.bytes": fetch, "max.partition.fetch.bytes": fetch,
                  # librdkafka wants fetch.max.bytes at least this (1,000,000 by default)
-                 "message.max.bytes": min(fetch, 1_000_000), "throttle_cb": throttled})
+                 "message.max.bytes": min(fetch, 1_000_000), "throttle_cb": throttle_cb(told)})
     out.throttles = told
     return timeline
-
-
-def quota(bootstrap: str, key: str, value: int | None) -> None:
-    """Set (or with None delete) the quota `key` for client-id `bulk` with kafka-configs.sh at
-    `bootstrap`: Kafka's broker, or the proxy."""
-    change = (["--add-config", f"{key}={value}"] if value is not None
-              else ["--delete-config", key])
-    done = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--alter",
-                    "--entity-type", "clients", "--entity-name", CLIENT_ID, *change)
-    if done.returncode != 0:
-        raise RuntimeError(f"kafka-configs at {bootstrap} failed: {done.stdout[-500:]}{done.stderr[-1500:]}")
-    time.sleep(2)  # a broker applies a client quota from its metadata a moment later
 
 
 def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: str,
@@ -479,12 +475,12 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
                         topic = f"fidelity-{name}-{path}-{stamp}-{round_}"
                         create_topic(broker.bootstrap, topic, 1)
                     bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
-                    quota(bootstrap, key, QUOTA)
+                    client_quota(bootstrap, key, QUOTA)
                     try:
                         out = measure(name, path, broker, bootstrap, topic, seconds, warm_up,
                                       f"fidelity-{name}-{path}-{stamp}-{round_}")
                     finally:
-                        quota(bootstrap, key, None)
+                        client_quota(bootstrap, key, None)
                     out.round = round_
                     results.append(out)
                     # as it goes, on standard error: a round of every case takes minutes

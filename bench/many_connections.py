@@ -108,12 +108,18 @@ def medians(results: Sequence[Result]) -> list[tuple[str, str]]:
 def broker_quota(broker: KafkaBroker, key: str, value: int | None,
                  client_id: str = CLIENT_ID) -> None:
     """Set (or with None delete) the broker's own quota `key` for `client_id` (`bulk`)."""
+    client_quota(broker.bootstrap, key, value, client_id)
+
+
+def client_quota(bootstrap: str, key: str, value: int | None, client_id: str = CLIENT_ID) -> None:
+    """Set (or with None delete) the quota `key` for `client_id` (`bulk`) with kafka-configs.sh at
+    `bootstrap`: Kafka's broker, or the proxy (its AlterClientQuotas)."""
     change = ["--add-config", f"{key}={value}"] if value is not None else ["--delete-config", key]
-    out = run_tool("ConfigCommand", "--bootstrap-server", broker.bootstrap, "--alter",
+    out = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--alter",
                    "--entity-type", "clients", "--entity-name", client_id, *change)
     if out.returncode != 0:
-        raise RuntimeError(f"kafka-configs failed: {out.stdout[-500:]}{out.stderr[-1500:]}")
-    time.sleep(2)  # the broker applies a client quota from its metadata a moment later
+        raise RuntimeError(f"kafka-configs at {bootstrap} failed: {out.stdout[-500:]}{out.stderr[-1500:]}")
+    time.sleep(2)  # a broker applies a client quota from its metadata a moment later
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

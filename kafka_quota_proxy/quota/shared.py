@@ -560,8 +560,7 @@ class SharedFetchRate(SharedRate):
         fetch is delivered (_, 0) where this replica heads the entity's queue, else refused
         until the next read (_, ms), the replica asking for a turn. The head hands the turn on
         once it has had a few sync intervals' worth of the quota (`Turns.paid`)."""
-        if not self.turning:
-            self.turning = True
+        self.turning = True
         self.ratio = 0.0
         known = self.measure(now_ms)
         home = self.home
