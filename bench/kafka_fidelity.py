@@ -454,7 +454,7 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
     rows: list[tuple[str, str]] = []
     with ExitStack() as stack:
         broker = KafkaBroker().start()
-        stack.callback(broker.stop)
+        stack.callback(broker.close)
         proxy = ProxyProcess(broker.address, broker.node_id).start()
         stack.callback(proxy.stop)
         stamp = int(time.time())

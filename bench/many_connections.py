@@ -252,7 +252,7 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
         # all three straight to Kafka, in every round, and its members read their partitions
         # again after the rebalance.
         broker = KafkaBroker(properties_extra={"group.initial.rebalance.delay.ms": "3000"}).start()
-        stack.callback(broker.stop)
+        stack.callback(broker.close)
         proxy = ProxyProcess(broker.address, broker.node_id, extra_config={
             "quota": dict(proxy_quota or {}),
             "quotas": [{"client-id": CLIENT_ID, "producer_byte_rate": QUOTA,

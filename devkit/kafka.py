@@ -17,6 +17,7 @@ the jars, into an image that has Python 3 and a JRE but neither Maven nor the pr
 from __future__ import annotations
 
 import argparse
+import atexit
 import base64
 import contextlib
 import hashlib
@@ -327,7 +328,8 @@ class KafkaBroker:
 
     `roles` "broker" or "controller" make the dedicated nodes of a KafkaCluster. `restart()`
     starts it again on the same ports and data after `kill()` (SIGKILL) or `stop()` (SIGTERM, a
-    controlled shutdown). Its directory keeps server.properties, kafka.log and the data."""
+    controlled shutdown). Its directory keeps server.properties, kafka.log and the data; one it
+    made itself (no `directory` given) goes with `close()`, or when this Python process exits."""
 
     node_id: int = 1
     port: int = field(default_factory=free_port)  # PLAINTEXT, for clients and between brokers
@@ -351,6 +353,7 @@ class KafkaBroker:
     advertised: str | None = None  # "host:port" told to clients for PLAINTEXT; None: its own
     properties_extra: Mapping[str, str] = field(default_factory=dict)  # override or add any
     proc: subprocess.Popen[bytes] | None = None
+    own_directory: bool = field(default=False, init=False)  # made by _dir(): removed at the end
 
     @property
     def address(self) -> str:
@@ -382,6 +385,10 @@ class KafkaBroker:
     def _dir(self) -> Path:
         if self.directory is None:
             self.directory = Path(tempfile.mkdtemp(prefix=f"kafka-{self.node_id}-"))
+            self.own_directory = True
+            # A test run starts many brokers, each with gigabytes of data; restart() needs them
+            # after stop(), so they are kept until close() or until this process exits.
+            atexit.register(self.close)
         return self.directory
 
     def properties(self) -> dict[str, str]:
@@ -563,6 +570,15 @@ class KafkaBroker:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(10)
 
+    def close(self) -> None:
+        """stop(), then remove the directory if the node made it itself: no restart() after this.
+        A directory that was given is kept."""
+        self.stop()
+        if self.own_directory and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory, self.own_directory = None, False
+            atexit.unregister(self.close)
+
     def kill(self) -> None:
         """kill -9: no controlled shutdown, no flush; waits until it is gone."""
         if self.proc is not None and self.proc.poll() is None:
@@ -646,13 +662,19 @@ class KafkaCluster:
     delegation_tokens: bool = False  # on every node, with one secret key (KafkaBroker's)
     heap: str = "512m"
     lib: Path | None = None
-    directory: Path | None = None  # one folder per node below it; None: a temporary one
+    # One folder per node below it; None: a temporary one, removed by close() or at exit.
+    directory: Path | None = None
     controller: KafkaBroker = field(init=False)
     nodes: list[KafkaBroker] = field(init=False)
+    own_directory: bool = field(default=False, init=False)
 
     def __post_init__(self) -> None:
         self.lib = lib_dir(self.lib)
-        root = self.directory or Path(tempfile.mkdtemp(prefix="kafka-cluster-"))
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="kafka-cluster-"))
+            self.own_directory = True
+            atexit.register(self.close)
+        root = self.directory
         cluster_id = new_cluster_id()
         self.controller = KafkaBroker(node_id=0, roles="controller", cluster_id=cluster_id,
                                       heap=self.heap, lib=self.lib, directory=root / "controller-0",
@@ -690,9 +712,22 @@ class KafkaCluster:
 
     def stop(self) -> None:
         """Brokers first: their controlled shutdown asks the controller."""
-        with ThreadPoolExecutor(max(len(self.nodes), 1)) as pool:
-            list(pool.map(KafkaBroker.stop, self.nodes))
+        running = [n for n in self.nodes if not n.stopped]
+        try:
+            with ThreadPoolExecutor(max(len(running), 1)) as pool:
+                list(pool.map(KafkaBroker.stop, running))
+        except RuntimeError:  # at exit no new thread starts: one after the other
+            for node in running:
+                node.stop()
         self.controller.stop()
+
+    def close(self) -> None:
+        """stop(), then remove the directory if the cluster made it itself."""
+        self.stop()
+        if self.own_directory and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.own_directory = False
+            atexit.unregister(self.close)
 
 
 # -- The command line ------------------------------------------------------------------------------

@@ -97,7 +97,7 @@ def kafka_broker() -> Iterator[KafkaBroker]:
     try:
         yield b
     finally:
-        b.stop()
+        b.close()
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import shutil
 import signal
 import subprocess
@@ -186,6 +187,53 @@ def test_serve_listens_everywhere_but_advertises_what_it_is_told(tmp_path: Path)
     assert own["advertised.listeners"] == "PLAINTEXT://127.0.0.1:19092"
 
 
+def test_a_data_directory_made_by_the_node_goes_with_close_and_a_given_one_stays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kafka.tempfile, "tempdir", str(tmp_path))
+    own = KafkaBroker()
+    made = own.log_path.parent
+    assert made.parent == tmp_path and made.name.startswith("kafka-1-")
+    (made / "data").mkdir()
+    own.stop()  # no process: nothing to stop, and the data stays for a restart()
+    assert made.is_dir()
+    own.close()
+    assert not made.exists() and own.directory is None
+    given = KafkaBroker(directory=tmp_path / "given")
+    given.log_path.parent.mkdir()
+    given.close()
+    assert (tmp_path / "given").is_dir()
+    (tmp_path / "kafka_2.13-4.4.0.jar").touch()
+    cluster = KafkaCluster(brokers=1, lib=tmp_path)
+    assert cluster.directory is not None and cluster.directory.parent == tmp_path
+    cluster.close()
+    assert not cluster.directory.exists()
+    kept = KafkaCluster(brokers=1, lib=tmp_path, directory=tmp_path / "c")
+    kept.directory.mkdir()  # type: ignore[union-attr]
+    kept.close()
+    assert (tmp_path / "c").is_dir()
+
+
+def test_data_directories_the_nodes_made_go_when_the_process_exits(tmp_path: Path) -> None:
+    """A test run leaves no Kafka data behind though its fixtures only stop() their brokers:
+    118 left over once filled a CI machine's disk (68 GB)."""
+    (tmp_path / "kafka_2.13-4.4.0.jar").touch()
+    script = ("import sys\n"
+              "from pathlib import Path\n"
+              "from devkit.kafka import KafkaBroker, KafkaCluster\n"
+              "node = KafkaBroker()\n"
+              "(node.log_path.parent / 'data').mkdir()\n"
+              "node.stop()\n"
+              "cluster = KafkaCluster(brokers=1, lib=Path(sys.argv[1]))\n"
+              "print(node.directory, cluster.directory)\n")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True,
+                         env={**os.environ, "TMPDIR": str(scratch)}, check=True)
+    made = [Path(d) for d in out.stdout.split()]
+    assert [d.parent for d in made] == [scratch, scratch]
+    assert list(scratch.iterdir()) == []
+
+
 def test_a_cluster_has_one_controller_and_distinct_brokers(tmp_path: Path) -> None:
     (tmp_path / "kafka_2.13-4.4.0.jar").touch()
     cluster = KafkaCluster(brokers=3, lib=tmp_path, directory=tmp_path / "c")
@@ -254,7 +302,7 @@ def scram_broker() -> Iterator[KafkaBroker]:
     try:
         yield node
     finally:
-        node.stop()
+        node.close()
 
 
 @pytest.mark.integration

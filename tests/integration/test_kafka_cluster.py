@@ -36,7 +36,7 @@ def cluster() -> Iterator[KafkaCluster]:
     try:
         yield c
     finally:
-        c.stop()
+        c.close()
 
 
 @pytest.fixture(scope="module")

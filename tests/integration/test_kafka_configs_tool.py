@@ -72,7 +72,7 @@ def kafka() -> Iterator[KafkaBroker]:
     try:
         yield broker
     finally:
-        broker.stop()
+        broker.close()
 
 
 @pytest.fixture(scope="module")

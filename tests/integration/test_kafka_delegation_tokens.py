@@ -33,7 +33,7 @@ def token_kafka() -> Iterator[KafkaBroker]:
     try:
         yield broker
     finally:
-        broker.stop()
+        broker.close()
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ def scram_kafka() -> Iterator[KafkaBroker]:
     try:
         yield broker
     finally:
-        broker.stop()
+        broker.close()
 
 
 @pytest.fixture(scope="module")
