@@ -20,7 +20,15 @@ Cases (`--cases`), each under a quota of 1,000,000 B/s for client-id `bulk`:
   the quota's window, KAFKA-9677, and runs twice `--seconds`, as Kafka's broker then delivers
   ten seconds of quota at a time);
 - `librdkafka-consumer-small`, `librdkafka-consumer-large`: a librdkafka consumer
-  (bench.many_connections.read) reading the same for `--seconds`, with the same fetch sizes.
+  (bench.many_connections.read) reading the same for `--seconds`, with the same fetch sizes;
+- `scram-precedence` (`producer_byte_rate`, KIP-55): three librdkafka producers flat out together
+  over SCRAM-SHA-512, each to its own topic: alice with client-id `bulk`, alice with `other` and
+  bob with `bulk`, under quotas on /users/alice/clients/bulk (half the quota), /users/alice (the
+  quota), /users/<default> (three quarters) and /clients/bulk (a quarter, which the precedence
+  never picks here). Each is judged against its own quota (cases `scram-user-client`,
+  `scram-user`, `scram-default-user`). Kafka's path is its SASL listener, with the quotas set at
+  its PLAINTEXT one; the proxy's a second proxy in SASL passthrough, the quotas set at it over
+  SCRAM by `admin`.
 
 For each case and path:
 - rate: for producers the record bytes the broker appended (its end offsets, read every 0.25 s
@@ -74,11 +82,19 @@ from bench.many_connections import (
     WINDOW_BOUND,
     client_quota,
     create_topic,
+    entity_quota,
     fill,
     read,
 )
 from bench.shared_accuracy import SLIDING_S, fullest
-from devkit.kafka import QUIET_LOG4J2, KafkaBroker, java_command, lib_dir
+from devkit.kafka import (
+    QUIET_LOG4J2,
+    KafkaBroker,
+    free_port,
+    java_command,
+    lib_dir,
+    scram_client_properties,
+)
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD, Timeline, produce
 
@@ -105,6 +121,7 @@ class Case:
     # runs this many times `--seconds`: a consumer of large fetches on Kafka's broker takes its
     # quota in bursts of ten seconds' worth (KAFKA-9677's cap), a few a minute
     longer: float = 1.0
+    scram: bool = False  # the SCRAM users' precedence case: three producers, SCRAM_TENANTS
 
     @property
     def key(self) -> str:
@@ -119,7 +136,41 @@ CASES = {
     "java-consumer-large": Case("java", RECORD, LARGE_FETCH, 2.0),
     "librdkafka-consumer-small": Case("librdkafka", RECORD, SMALL_FETCH),
     "librdkafka-consumer-large": Case("librdkafka", RECORD, LARGE_FETCH, 2.0),
+    "scram-precedence": Case("librdkafka", RECORD, scram=True),
 }
+
+# The SCRAM case's users, created on Kafka's SASL listener; `admin` manages quotas at the proxy and
+# `service` is the proxy's own login for its metadata.
+SCRAM_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
+               "service": "service-secret"}
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """One producer of the SCRAM case: logged in as `user`, with `client_id`; the quota entity
+    KIP-55's precedence picks for it gives it `share` of QUOTA."""
+
+    case: str
+    user: str
+    client_id: str
+    share: float
+
+
+SCRAM_TENANTS = (
+    Tenant("scram-user-client", "alice", CLIENT_ID, 0.5),  # /users/alice/clients/bulk
+    Tenant("scram-user", "alice", "other", 1.0),  # /users/alice
+    Tenant("scram-default-user", "bob", CLIENT_ID, 0.75),  # /users/<default>
+)
+# kafka-configs' entity arguments and each one's share of QUOTA. /clients/bulk ranks below
+# /users/<default>: were the precedence wrong, bob's producer would get a quarter.
+SCRAM_QUOTAS = (
+    (("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
+      "--entity-name", CLIENT_ID), 0.5),
+    (("--entity-type", "users", "--entity-name", "alice"), 1.0),
+    (("--entity-type", "users", "--entity-default"), 0.75),
+    (("--entity-type", "clients", "--entity-name", CLIENT_ID), 0.25),
+)
 
 
 @dataclass
@@ -136,6 +187,7 @@ class Outcome:
     throttles: list[int] = field(default_factory=list)  # ms, each response that throttled
     metrics: dict[str, float] = field(default_factory=dict)  # the Java tool's --print-metrics
     errors: list[str] = field(default_factory=list)
+    quota: float = QUOTA  # bytes/s, the quota the rate is judged against
 
     @property
     def mean_throttle(self) -> float | None:
@@ -307,13 +359,14 @@ def throttle_cb(told: list[int]) -> Callable[[Any], None]:
     return throttled
 
 
-def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome) -> None:
-    """devkit.producing's librdkafka producer flat out for `seconds` from `start`, each throttle
-    it was told into `out`."""
+def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome,
+                    client_id: str = CLIENT_ID, config: dict[str, object] | None = None) -> None:
+    """devkit.producing's librdkafka producer flat out for `seconds` from `start`, with `config`
+    added to its settings, each throttle it was told into `out`."""
     told: list[int] = []
     timeline = Timeline()
-    produce(bootstrap, topic, CLIENT_ID, start, seconds, timeline,
-            config={"throttle_cb": throttle_cb(told)})
+    produce(bootstrap, topic, client_id, start, seconds, timeline,
+            config={**(config or {}), "throttle_cb": throttle_cb(told)})
     out.throttles = told
     if timeline.errors:
         out.errors.append(f"{timeline.errors} records not delivered")
@@ -375,6 +428,42 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
     return out
 
 
+def measure_scram(path: str, broker: KafkaBroker, quotas_at: str, login: str | None, clients_at: str,
+                  topics: Sequence[str], seconds: float, warm_up: float) -> list[Outcome]:
+    """The SCRAM case on `path`: SCRAM_QUOTAS set with kafka-configs at `quotas_at` (logged in with
+    the properties file `login`, if any), then SCRAM_TENANTS' producers flat out together at
+    `clients_at`, each to its own one-partition topic of `topics`, each judged against its own
+    share of QUOTA from the broker's end offsets; the quotas deleted after."""
+    outs = [Outcome(t.case, path, quota=QUOTA * t.share) for t in SCRAM_TENANTS]
+    for entity, share in SCRAM_QUOTAS:
+        entity_quota(quotas_at, entity, "producer_byte_rate", int(QUOTA * share), login, settle=0)
+    time.sleep(2)  # a broker applies a quota from its metadata a moment later
+    try:
+        start = time.monotonic() + 0.5
+        meters = [EndOffsets(broker.bootstrap, topic, 1, RECORD, start) for topic in topics]
+        with ExitStack() as stack:
+            for meter in meters:
+                stack.enter_context(meter)
+            producers = [threading.Thread(target=rdkafka_produce, args=(
+                clients_at, topic, seconds, start, out, t.client_id,
+                {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SCRAM_MECHANISM,
+                 "sasl.username": t.user, "sasl.password": SCRAM_USERS[t.user]}))
+                for topic, t, out in zip(topics, SCRAM_TENANTS, outs, strict=True)]
+            for thread in producers:
+                thread.start()
+            for thread in producers:
+                thread.join(seconds + 60)
+            time.sleep(0.5)  # the last acknowledged bytes' offsets
+    finally:
+        for entity, _ in SCRAM_QUOTAS:
+            entity_quota(quotas_at, entity, "producer_byte_rate", None, login, settle=0)
+    for meter, out in zip(meters, outs, strict=True):
+        if meter.timeline.errors:
+            out.errors.append(f"{meter.timeline.errors} end-offset readings failed")
+        judge(meter.timeline, out, warm_up)
+    return outs
+
+
 def longest_gap(timeline: Timeline) -> tuple[float, float]:
     """The longest time between two readings of `timeline`, and when it began."""
     marks = timeline.marks
@@ -388,7 +477,7 @@ def rows_of(r: Outcome) -> list[tuple[str, str]]:
     rows = []
     if r.rate is not None and r.worst is not None and r.span is not None:
         rows.append((f"{name}: rate / quota, {r.span[0]:.1f}-{r.span[1]:.1f} s",
-                     f"{r.rate / QUOTA:.3f}, worst {r.worst / (QUOTA * SLIDING_S):.3f}x "
+                     f"{r.rate / r.quota:.3f}, worst {r.worst / (r.quota * SLIDING_S):.3f}x "
                      f"from {r.worst_at:.2f} s"))
     mean = r.mean_throttle
     told = f"{len(r.throttles)} throttled" + (f", mean {mean:.0f} ms" if mean is not None else "")
@@ -414,15 +503,16 @@ def medians(results: Sequence[Outcome]) -> list[tuple[str, str]]:
             runs = by_path.get(path)
             if not runs:
                 continue
-            rate = statistics.median(r.rate for r in runs if r.rate is not None) / QUOTA
-            worst = statistics.median(r.worst for r in runs if r.worst is not None) / (QUOTA * SLIDING_S)
+            quota = runs[0].quota  # every run of a case has the same
+            rate = statistics.median(r.rate for r in runs if r.rate is not None) / quota
+            worst = statistics.median(r.worst for r in runs if r.worst is not None) / (quota * SLIDING_S)
             means = [m for r in runs if (m := r.mean_throttle) is not None]
             throttle = statistics.median(means) if means else None
             mid[path] = (rate, worst, throttle)
             rows.append((f"{case}, {path}: median of {len(runs)}",
                          f"{rate:.3f}, worst {worst:.3f}x, mean throttle "
                          f"{'-' if throttle is None else f'{throttle:.0f} ms'} (rates "
-                         f"{', '.join(f'{r.rate / QUOTA:.3f}' for r in runs if r.rate is not None)})"))
+                         f"{', '.join(f'{r.rate / quota:.3f}' for r in runs if r.rate is not None)})"))
         if len(mid) == 2:
             rows.append((f"{case}: proxy - Kafka", gap(mid["kafka"], mid["proxy"])))
     return rows
@@ -452,11 +542,25 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
         raise ValueError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
     results: list[Outcome] = []
     rows: list[tuple[str, str]] = []
+    scram = any(CASES[c].scram for c in cases)
     with ExitStack() as stack:
-        broker = KafkaBroker().start()
+        broker = (KafkaBroker(sasl_port=free_port(), scram_users=SCRAM_USERS) if scram
+                  else KafkaBroker()).start()
         stack.callback(broker.close)
         proxy = ProxyProcess(broker.address, broker.node_id).start()
         stack.callback(proxy.stop)
+        if scram:
+            # SASL passthrough to Kafka's SCRAM listener, where `admin` may manage quotas
+            sasl_proxy = ProxyProcess(broker.sasl_address, broker.node_id, extra_config={
+                "sasl": {"mode": "passthrough"},
+                "upstream_sasl": {"mechanism": SCRAM_MECHANISM, "username": "service",
+                                  "password": SCRAM_USERS["service"]},
+                "quota": {"alter_principals": ["admin"]}})
+            stack.callback(sasl_proxy.stop)
+            sasl_proxy.start()
+            scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="kafka-fidelity-"))
+            admin = Path(scratch, "admin.properties")
+            admin.write_text(scram_client_properties(SCRAM_MECHANISM, "admin", SCRAM_USERS["admin"]))
         stamp = int(time.time())
         filled = None  # one partition filled once, that every consumer case reads in its own group
         if any(CASES[c].fetch is not None for c in cases):
@@ -469,6 +573,23 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
             for name in cases:
                 key = CASES[name].key
                 for path in paths:
+                    if CASES[name].scram:
+                        topics = [f"fidelity-{t.case}-{path}-{stamp}-{round_}" for t in SCRAM_TENANTS]
+                        for topic in topics:
+                            create_topic(broker.bootstrap, topic, 1)
+                        if path == "kafka":  # quotas at PLAINTEXT (no authorizer), clients at SASL
+                            quotas_at, login, clients_at = broker.bootstrap, None, broker.sasl_address
+                        else:
+                            quotas_at, login, clients_at = (sasl_proxy.bootstrap, str(admin),
+                                                            sasl_proxy.bootstrap)
+                        outs = measure_scram(path, broker, quotas_at, login, clients_at, topics,
+                                             seconds, warm_up)
+                        for out in outs:
+                            out.round = round_
+                            print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n",
+                                  file=sys.stderr, flush=True)
+                        results.extend(outs)
+                        continue
                     if filled is not None and CASES[name].fetch is not None:
                         topic = filled
                     else:

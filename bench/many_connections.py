@@ -114,12 +114,21 @@ def broker_quota(broker: KafkaBroker, key: str, value: int | None,
 def client_quota(bootstrap: str, key: str, value: int | None, client_id: str = CLIENT_ID) -> None:
     """Set (or with None delete) the quota `key` for `client_id` (`bulk`) with kafka-configs.sh at
     `bootstrap`: Kafka's broker, or the proxy (its AlterClientQuotas)."""
+    entity_quota(bootstrap, ["--entity-type", "clients", "--entity-name", client_id], key, value)
+
+
+def entity_quota(bootstrap: str, entity: Sequence[str], key: str, value: int | None,
+                 command_config: str | None = None, settle: float = 2.0) -> None:
+    """Set (or with None delete) the quota `key` of the entity that kafka-configs.sh's `entity`
+    arguments name ("--entity-type", "users", "--entity-default", ...) at `bootstrap`, logged in
+    with `command_config` (a properties file) if given; then wait `settle` seconds, as a broker
+    applies a quota from its metadata a moment later."""
     change = ["--add-config", f"{key}={value}"] if value is not None else ["--delete-config", key]
-    out = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--alter",
-                   "--entity-type", "clients", "--entity-name", client_id, *change)
+    login = ["--command-config", command_config] if command_config else []
+    out = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, *login, "--alter", *entity, *change)
     if out.returncode != 0:
         raise RuntimeError(f"kafka-configs at {bootstrap} failed: {out.stdout[-500:]}{out.stderr[-1500:]}")
-    time.sleep(2)  # a broker applies a client quota from its metadata a moment later
+    time.sleep(settle)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

@@ -10,6 +10,8 @@ import pytest
 
 from bench.kafka_fidelity import (
     CASES,
+    SCRAM_QUOTAS,
+    SCRAM_TENANTS,
     Outcome,
     client_metrics,
     fetch_positions,
@@ -22,6 +24,8 @@ from bench.kafka_fidelity import (
 from bench.many_connections import QUOTA
 from bench.shared_accuracy import SLIDING_S
 from devkit.producing import Timeline
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 WORTH = QUOTA * SLIDING_S  # a window's worth of quota
 STEP = 0.25
@@ -91,7 +95,7 @@ def test_consumer_cases_are_judged_under_the_consumer_quota_producers_under_the_
         "librdkafka-producer": "producer_byte_rate",
         "java-consumer-small": "consumer_byte_rate", "java-consumer-large": "consumer_byte_rate",
         "librdkafka-consumer-small": "consumer_byte_rate",
-        "librdkafka-consumer-large": "consumer_byte_rate"}
+        "librdkafka-consumer-large": "consumer_byte_rate", "scram-precedence": "producer_byte_rate"}
     # large fetches on Kafka's broker come ten seconds of quota at a time: those cases run longer
     assert {name for name, case in CASES.items() if case.longer > 1} == {
         "java-consumer-large", "librdkafka-consumer-large"}
@@ -177,3 +181,42 @@ def test_a_run_without_a_rate_is_left_out_of_the_medians() -> None:
 def test_the_longest_time_the_end_offsets_went_unread() -> None:
     assert longest_gap(Timeline([(0.0, 0), (0.25, 10), (2.75, 30), (3.0, 40)])) == (2.5, 0.25)
     assert longest_gap(Timeline([(0.0, 0)])) == (0.0, 0.0)
+
+
+def test_a_tenant_is_judged_against_its_own_quota() -> None:
+    half = QUOTA / 2
+    runs = [Outcome("scram-user-client", "kafka", rate=half * 1.02, worst=half * SLIDING_S * 1.08,
+                    throttles=[900], quota=half),
+            Outcome("scram-user-client", "proxy", rate=half * 1.01, worst=half * SLIDING_S * 1.09,
+                    throttles=[920], quota=half)]
+    assert medians(runs) == [
+        ("scram-user-client, kafka: median of 1", "1.020, worst 1.080x, mean throttle 900 ms (rates 1.020)"),
+        ("scram-user-client, proxy: median of 1", "1.010, worst 1.090x, mean throttle 920 ms (rates 1.010)"),
+        ("scram-user-client: proxy - Kafka",
+         "rate -1.0%, worst +0.010x, mean throttle +2.2%: within 3%, 0.05x, 15%"),
+    ]
+
+
+def entity(args: tuple[str, ...]) -> QuotaEntity:
+    """kafka-configs' --entity-type/--entity-name/--entity-default arguments as a quota entity."""
+    named: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        kind = args[i + 1]
+        if args[i + 2] == "--entity-default":
+            named[kind], i = DEFAULT, i + 3
+        else:
+            named[kind], i = args[i + 3], i + 4
+    return QuotaEntity(user=named.get("users"), client_id=named.get("clients"))
+
+
+def test_each_scram_tenant_share_is_the_one_kip_55_precedence_picks() -> None:
+    """The shares the SCRAM case judges each producer against are the quotas the proxy's own
+    resolver picks from SCRAM_QUOTAS, and no two entities that could match a tenant give the same
+    share: a wrong precedence shows as a rate off by a quarter or more."""
+    store = QuotaStore({entity(args): {QuotaKey.PRODUCER_BYTE_RATE: QUOTA * share}
+                        for args, share in SCRAM_QUOTAS})
+    resolver = QuotaResolver(store, QuotaKey.PRODUCER_BYTE_RATE)
+    assert [resolver.resolve(t.user, t.client_id).quota for t in SCRAM_TENANTS] == [
+        QUOTA * t.share for t in SCRAM_TENANTS]
+    assert len({share for _, share in SCRAM_QUOTAS}) == len(SCRAM_QUOTAS)
