@@ -28,7 +28,12 @@ Cases (`--cases`), each under a quota of 1,000,000 B/s for client-id `bulk`:
   never picks here). Each is judged against its own quota (cases `scram-user-client`,
   `scram-user`, `scram-default-user`). Kafka's path is its SASL listener, with the quotas set at
   its PLAINTEXT one; the proxy's a second proxy in SASL passthrough, the quotas set at it over
-  SCRAM by `admin`.
+  SCRAM by `admin`;
+- `java-create-topics` (`controller_mutation_rate`, KIP-599, 10 partitions/s): Kafka's own Admin
+  client creating topics of two partitions one CreateTopics at a time, its retry on
+  THROTTLING_QUOTA_EXCEEDED off so that each refusal (error 89) and its throttle time is seen
+  (bench/java/CreateTopicsLoop.java, run as a source file on Kafka's jars). The rate is the
+  partitions created; the topics are deleted after each run.
 
 For each case and path:
 - rate: for producers the record bytes the broker appended (its end offsets, read every 0.25 s
@@ -49,6 +54,7 @@ rate within 3%, worst window within 0.05x of the quota's worth, the mean throttl
 
     python -m bench.kafka_fidelity                      # every case, three rounds
     python -m bench.kafka_fidelity --cases java-producer-1k --runs 5
+    python -m bench.kafka_fidelity --cases scram-precedence --timelines /tmp/timelines
     make bench BENCH=kafka_fidelity
 
 Printed, never asserted: docs/differences-from-kafka.md holds the measured table. Kafka, the
@@ -74,6 +80,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from bench.many_connections import (
     CLIENT_ID,
@@ -122,9 +129,12 @@ class Case:
     # quota in bursts of ten seconds' worth (KAFKA-9677's cap), a few a minute
     longer: float = 1.0
     scram: bool = False  # the SCRAM users' precedence case: three producers, SCRAM_TENANTS
+    mutations: bool = False  # topics created in a loop under controller_mutation_rate
 
     @property
     def key(self) -> str:
+        if self.mutations:
+            return "controller_mutation_rate"
         return "producer_byte_rate" if self.fetch is None else "consumer_byte_rate"
 
 
@@ -137,7 +147,17 @@ CASES = {
     "librdkafka-consumer-small": Case("librdkafka", RECORD, SMALL_FETCH),
     "librdkafka-consumer-large": Case("librdkafka", RECORD, LARGE_FETCH, 2.0),
     "scram-precedence": Case("librdkafka", RECORD, scram=True),
+    "java-create-topics": Case("java", 0, mutations=True),
 }
+
+# The mutations case: partitions/s, and the partitions of each topic it creates. Each accepted
+# CreateTopics takes the bucket PARTITIONS below what it had, a throttle of PARTITIONS / MUTATIONS s
+# (200 ms), so the topics come at five a second and a window holds 55 of them.
+MUTATIONS, PARTITIONS = 10, 2
+CREATE_TOPICS = Path(__file__).with_name("java") / "CreateTopicsLoop.java"
+CREATED = re.compile(r"^(\d+) created \S+$", re.M)
+REFUSED = re.compile(r"^(\d+) refused (\d+)$", re.M)
+FAILED = re.compile(r"^\d+ error (.*)$", re.M)
 
 # The SCRAM case's users, created on Kafka's SASL listener; `admin` manages quotas at the proxy and
 # `service` is the proxy's own login for its metadata.
@@ -188,6 +208,7 @@ class Outcome:
     metrics: dict[str, float] = field(default_factory=dict)  # the Java tool's --print-metrics
     errors: list[str] = field(default_factory=list)
     quota: float = QUOTA  # bytes/s, the quota the rate is judged against
+    timeline: Timeline | None = None  # what was judged, for --timelines
 
     @property
     def mean_throttle(self) -> float | None:
@@ -297,6 +318,7 @@ class EndOffsets:
 def judge(timeline: Timeline, out: Outcome, warm_up: float) -> Outcome:
     """The rate over whole SLIDING_S windows from `warm_up` after the first byte to the last whole
     one before the last byte, and the fullest sliding window of that span."""
+    out.timeline = timeline
     marks = timeline.marks
     moving = [t for t, n in marks if n > 0]
     if not moving:
@@ -319,30 +341,34 @@ def judge(timeline: Timeline, out: Outcome, warm_up: float) -> Outcome:
 
 # -- the workloads ------------------------------------------------------------------------------------
 
-def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome) -> str:
-    """One of Kafka's perf tools (`tool`: its class in org.apache.kafka.tools) with `args`, its
-    NetworkClient logging to standard error at TRACE: its throttled responses and its throttle
-    metrics into `out`; returns that log."""
+def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome,
+              print_metrics: bool = True) -> str:
+    """One of Kafka's perf tools (`tool`: its class in org.apache.kafka.tools, or a Java source
+    file on Kafka's jars) with `args`, its NetworkClient logging to standard error at TRACE: its
+    throttled responses and (`print_metrics`, a perf tool's) its throttle metrics into `out`;
+    returns its standard output, then that log."""
+    main = tool if tool.endswith(".java") else f"org.apache.kafka.tools.{tool}"
+    name = Path(tool).stem
     with tempfile.TemporaryDirectory(prefix="kafka-fidelity-") as scratch:
         log4j = Path(scratch, "log4j2.properties")
         log4j.write_text(TRACE_NETWORK_LOG4J2)
-        cmd = java_command(f"org.apache.kafka.tools.{tool}", *args, "--print-metrics",
+        cmd = java_command(main, *args, *(["--print-metrics"] if print_metrics else []),
                            lib=lib_dir(None), log4j=log4j)
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                   stdin=subprocess.DEVNULL)
         except subprocess.TimeoutExpired as e:
-            out.errors.append(f"{tool} ran over {timeout:.0f} s")
-            err = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
-            out.throttles = throttles(err)
-            return err
+            out.errors.append(f"{name} ran over {timeout:.0f} s")
+            text = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
+            out.throttles = throttles(text)
+            return text
     out.throttles = throttles(done.stderr)
     out.metrics = {k.split(":", 1)[1]: v for k, v in client_metrics(done.stdout).items()
                    if k.split(":", 1)[1] in THROTTLE_METRICS}
     if done.returncode != 0:
-        out.errors.append(f"{tool} exited {done.returncode}: "
+        out.errors.append(f"{name} exited {done.returncode}: "
                           f"{done.stderr.strip().splitlines()[-1:] or done.stdout[-300:]}")
-    return done.stderr
+    return done.stdout + done.stderr
 
 
 THROTTLE_METRICS = ("produce-throttle-time-avg", "produce-throttle-time-max",
@@ -419,6 +445,11 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
         else:
             rdkafka_produce(bootstrap, topic, seconds, start, out)
         time.sleep(0.5)  # the last acknowledged bytes' offsets
+    return judge_end_offsets(meter, out, warm_up)
+
+
+def judge_end_offsets(meter: EndOffsets, out: Outcome, warm_up: float) -> Outcome:
+    """`judge` on what `meter` read, saying so where its readings failed or stalled."""
     if meter.timeline.errors:
         out.errors.append(f"{meter.timeline.errors} end-offset readings failed")
     out = judge(meter.timeline, out, warm_up)
@@ -457,11 +488,40 @@ def measure_scram(path: str, broker: KafkaBroker, quotas_at: str, login: str | N
     finally:
         for entity, _ in SCRAM_QUOTAS:
             entity_quota(quotas_at, entity, "producer_byte_rate", None, login, settle=0)
-    for meter, out in zip(meters, outs, strict=True):
-        if meter.timeline.errors:
-            out.errors.append(f"{meter.timeline.errors} end-offset readings failed")
-        judge(meter.timeline, out, warm_up)
-    return outs
+    return [judge_end_offsets(meter, out, warm_up) for meter, out in zip(meters, outs, strict=True)]
+
+
+def creations(text: str, partitions: int) -> Timeline:
+    """The partitions CreateTopicsLoop created over time: (seconds since its start, so far)."""
+    timeline = Timeline([(0.0, 0)])
+    for i, m in enumerate(CREATED.finditer(text), 1):
+        timeline.marks.append((int(m.group(1)) / 1000, i * partitions))
+    return timeline
+
+
+def measure_mutations(path: str, broker: KafkaBroker, bootstrap: str, prefix: str, seconds: float,
+                      warm_up: float) -> Outcome:
+    """The mutations case on `path`: Kafka's Admin client creating topics of PARTITIONS
+    partitions at `bootstrap` one request at a time for `seconds`, its retry on error 89 off
+    (bench/java/CreateTopicsLoop.java), judged against MUTATIONS partitions/s; every throttle its
+    NetworkClient was told, and the refusals (error 89) with theirs. The topics are deleted after,
+    straight at the broker by a client-id without a quota."""
+    out = Outcome("java-create-topics", path, quota=MUTATIONS)
+    text = java_tool(str(CREATE_TOPICS), [bootstrap, CLIENT_ID, prefix, str(PARTITIONS), str(int(seconds))],
+                     seconds * 2 + 60, out, print_metrics=False)
+    refused = [int(m.group(2)) for m in REFUSED.finditer(text)]
+    out.metrics = {"refused": len(refused)}
+    if refused:
+        out.metrics["refused-throttle-avg"] = statistics.fmean(refused)
+    out.errors.extend(m.group(1) for m in FAILED.finditer(text))
+    created = creations(text, PARTITIONS)
+    judge(created, out, warm_up)
+    topics = [f"{prefix}-{i}" for i in range(len(created.marks) - 1)]
+    if topics:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "fidelity-admin"})
+        for future in admin.delete_topics(topics, operation_timeout=60).values():
+            future.result(120)
+    return out
 
 
 def longest_gap(timeline: Timeline) -> tuple[float, float]:
@@ -535,8 +595,18 @@ def gap(kafka: tuple[float, float, float | None], proxy: tuple[float, float, flo
     return f"{text}: {'within' if within else 'outside'} {bounds}"
 
 
+def write_timeline(directory: Path, out: Outcome) -> None:
+    """`out`'s timeline as CSV (seconds, bytes or partitions so far), one file per case, path and
+    round: where an outlier's fullest window came from."""
+    if out.timeline is not None:
+        lines = [f"{t:.3f},{n}" for t, n in out.timeline.marks]
+        Path(directory, f"{out.case}-{out.path}-{out.round + 1}.csv").write_text(
+            "seconds,so_far\n" + "\n".join(lines) + "\n")
+
+
 def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str] = PATHS,
-        seconds: float = 55.0, warm_up: float = SLIDING_S) -> list[tuple[str, str]]:
+        seconds: float = 55.0, warm_up: float = SLIDING_S,
+        timelines: Path | None = None) -> list[tuple[str, str]]:
     unknown = [c for c in cases if c not in CASES]
     if unknown:
         raise ValueError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
@@ -586,23 +656,33 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
                                              seconds, warm_up)
                         for out in outs:
                             out.round = round_
+                            if timelines is not None:
+                                write_timeline(timelines, out)
                             print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n",
                                   file=sys.stderr, flush=True)
                         results.extend(outs)
                         continue
-                    if filled is not None and CASES[name].fetch is not None:
-                        topic = filled
-                    else:
-                        topic = f"fidelity-{name}-{path}-{stamp}-{round_}"
-                        create_topic(broker.bootstrap, topic, 1)
                     bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
-                    client_quota(bootstrap, key, QUOTA)
+                    topic = f"fidelity-{name}-{path}-{stamp}-{round_}"
+                    if CASES[name].mutations:
+                        client_quota(bootstrap, key, MUTATIONS)
+                    else:
+                        if filled is not None and CASES[name].fetch is not None:
+                            topic = filled
+                        else:
+                            create_topic(broker.bootstrap, topic, 1)
+                        client_quota(bootstrap, key, QUOTA)
                     try:
-                        out = measure(name, path, broker, bootstrap, topic, seconds, warm_up,
-                                      f"fidelity-{name}-{path}-{stamp}-{round_}")
+                        if CASES[name].mutations:
+                            out = measure_mutations(path, broker, bootstrap, topic, seconds, warm_up)
+                        else:
+                            out = measure(name, path, broker, bootstrap, topic, seconds, warm_up,
+                                          f"fidelity-{name}-{path}-{stamp}-{round_}")
                     finally:
                         client_quota(bootstrap, key, None)
                     out.round = round_
+                    if timelines is not None:
+                        write_timeline(timelines, out)
                     results.append(out)
                     # as it goes, on standard error: a round of every case takes minutes
                     print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n", file=sys.stderr,
@@ -622,10 +702,15 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=55.0,
                     help="how long a run lasts (a Java producer: records for this long at 1.1x)")
     ap.add_argument("--warm-up", type=float, default=SLIDING_S)
+    ap.add_argument("--timelines", type=Path, metavar="DIR",
+                    help="write each run's measured timeline there as CSV")
     args = ap.parse_args()
     if args.runs < 1:
         ap.error("--runs takes a number of at least 1")
-    for name, value in run(args.cases, args.runs, args.paths, args.seconds, args.warm_up):
+    if args.timelines is not None:
+        args.timelines.mkdir(parents=True, exist_ok=True)
+    for name, value in run(args.cases, args.runs, args.paths, args.seconds, args.warm_up,
+                           args.timelines):
         print(f"{name:60s} {value}", flush=True)
 
 

@@ -10,10 +10,16 @@ import pytest
 
 from bench.kafka_fidelity import (
     CASES,
+    CREATE_TOPICS,
+    FAILED,
+    MUTATIONS,
+    PARTITIONS,
+    REFUSED,
     SCRAM_QUOTAS,
     SCRAM_TENANTS,
     Outcome,
     client_metrics,
+    creations,
     fetch_positions,
     gap,
     judge,
@@ -95,7 +101,8 @@ def test_consumer_cases_are_judged_under_the_consumer_quota_producers_under_the_
         "librdkafka-producer": "producer_byte_rate",
         "java-consumer-small": "consumer_byte_rate", "java-consumer-large": "consumer_byte_rate",
         "librdkafka-consumer-small": "consumer_byte_rate",
-        "librdkafka-consumer-large": "consumer_byte_rate", "scram-precedence": "producer_byte_rate"}
+        "librdkafka-consumer-large": "consumer_byte_rate", "scram-precedence": "producer_byte_rate",
+        "java-create-topics": "controller_mutation_rate"}
     # large fetches on Kafka's broker come ten seconds of quota at a time: those cases run longer
     assert {name for name, case in CASES.items() if case.longer > 1} == {
         "java-consumer-large", "librdkafka-consumer-large"}
@@ -220,3 +227,23 @@ def test_each_scram_tenant_share_is_the_one_kip_55_precedence_picks() -> None:
     assert [resolver.resolve(t.user, t.client_id).quota for t in SCRAM_TENANTS] == [
         QUOTA * t.share for t in SCRAM_TENANTS]
     assert len({share for _, share in SCRAM_QUOTAS}) == len(SCRAM_QUOTAS)
+
+
+def test_the_partitions_created_over_time_and_the_refusals_from_create_topics_loop() -> None:
+    text = ("12 created fidelity-0\n"
+            "240 created fidelity-1\n"
+            "251 refused 188\n"
+            "450 created fidelity-2\n"
+            "700 error TopicExistsException Topic 'fidelity-3' already exists.\n")
+    assert creations(text, 2).marks == [(0.0, 0), (0.012, 2), (0.24, 4), (0.45, 6)]
+    assert [int(m.group(2)) for m in REFUSED.finditer(text)] == [188]
+    assert [m.group(1) for m in FAILED.finditer(text)] == [
+        "TopicExistsException Topic 'fidelity-3' already exists."]
+
+
+def test_the_mutations_case_creates_topics_under_the_controller_mutation_quota() -> None:
+    case = CASES["java-create-topics"]
+    assert (case.key, case.client) == ("controller_mutation_rate", "java")
+    assert CREATE_TOPICS.is_file()
+    # five topics a second: a window holds 55, so one topic more or less is under 2% of it
+    assert MUTATIONS / PARTITIONS * SLIDING_S == 55
