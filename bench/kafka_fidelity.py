@@ -33,7 +33,20 @@ Cases (`--cases`), each under a quota of 1,000,000 B/s for client-id `bulk`:
   client creating topics of two partitions one CreateTopics at a time, its retry on
   THROTTLING_QUOTA_EXCEEDED off so that each refusal (error 89) and its throttle time is seen
   (bench/java/CreateTopicsLoop.java, run as a source file on Kafka's jars). The rate is the
-  partitions created; the topics are deleted after each run.
+  partitions created; the topics are deleted after each run;
+- `three-brokers` (`producer_byte_rate`): three Kafka brokers and a KRaft controller
+  (devkit.kafka.KafkaCluster), the librdkafka producer flat out to a topic with one partition led
+  by each broker. Each of Kafka's brokers enforces the quota on its own, so the client may have
+  three times the quota; so may it through a proxy with `quota.scope: broker` (path `proxy`),
+  both judged against three times the quota. A third path, `proxy-cluster`, goes through a proxy
+  with `quota.scope: cluster`, one budget across the brokers, judged against the quota itself;
+- `java-share-consumer` (`consumer_byte_rate`, KIP-932): Kafka's own KafkaShareConsumer reading
+  the filled partition in a share group of its own from its start, saying after each poll how many
+  value bytes it has (bench/java/ShareConsumeLoop.java). Kafka's broker answers a ShareFetch over
+  the quota empty, and the records it had acquired for the member stay locked until their lock
+  (30 s) runs out; the proxy delivers them and mutes the connection (docs/quotas.md, "Share
+  groups"). A third path, `proxy-empty`, goes through a proxy with
+  `quota.share_fetch_throttle: empty`, which answers as Kafka's broker does.
 
 For each case and path:
 - rate: for producers the record bytes the broker appended (its end offsets, read every 0.25 s
@@ -80,7 +93,7 @@ from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.many_connections import (
     CLIENT_ID,
@@ -97,15 +110,23 @@ from bench.shared_accuracy import SLIDING_S, fullest
 from devkit.kafka import (
     QUIET_LOG4J2,
     KafkaBroker,
+    KafkaCluster,
     free_port,
     java_command,
     lib_dir,
+    run_tool,
     scram_client_properties,
 )
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD, Timeline, produce
 
 PATHS = ("kafka", "proxy")
+# The three-broker case's third path: a proxy with quota.scope cluster, one budget for all three
+# brokers, which Kafka has no counterpart for; judged against the quota alone.
+ONE_BUDGET = "proxy-cluster"
+# The share consumer case's third path: a proxy with quota.share_fetch_throttle empty, which
+# answers a throttled ShareFetch empty as Kafka's broker does, where by default it delivers.
+SHARE_EMPTY = "proxy-empty"
 THROTTLE_BOUND = 0.15  # the proxy's median mean throttle within 15% of Kafka's
 OVERRUN = 1.1  # a Java producer is given records for `seconds` at this many times the quota
 
@@ -130,12 +151,18 @@ class Case:
     longer: float = 1.0
     scram: bool = False  # the SCRAM users' precedence case: three producers, SCRAM_TENANTS
     mutations: bool = False  # topics created in a loop under controller_mutation_rate
+    brokers: int = 1  # more: a KafkaCluster, a producer to partitions led by each of its brokers
+    share: bool = False  # a KIP-932 share consumer (bench/java/ShareConsumeLoop.java)
+
+    @property
+    def consumer(self) -> bool:
+        return self.fetch is not None or self.share
 
     @property
     def key(self) -> str:
         if self.mutations:
             return "controller_mutation_rate"
-        return "producer_byte_rate" if self.fetch is None else "consumer_byte_rate"
+        return "consumer_byte_rate" if self.consumer else "producer_byte_rate"
 
 
 CASES = {
@@ -148,6 +175,8 @@ CASES = {
     "librdkafka-consumer-large": Case("librdkafka", RECORD, LARGE_FETCH, 2.0),
     "scram-precedence": Case("librdkafka", RECORD, scram=True),
     "java-create-topics": Case("java", 0, mutations=True),
+    "three-brokers": Case("librdkafka", RECORD, brokers=3),
+    "java-share-consumer": Case("java", RECORD, share=True),
 }
 
 # The mutations case: partitions/s, and the partitions of each topic it creates. Each accepted
@@ -155,6 +184,8 @@ CASES = {
 # (200 ms), so the topics come at five a second and a window holds 55 of them.
 MUTATIONS, PARTITIONS = 10, 2
 CREATE_TOPICS = Path(__file__).with_name("java") / "CreateTopicsLoop.java"
+SHARE_CONSUME = Path(__file__).with_name("java") / "ShareConsumeLoop.java"
+GIVEN = re.compile(r"^(\d+) (\d+)$", re.M)
 CREATED = re.compile(r"^(\d+) created \S+$", re.M)
 REFUSED = re.compile(r"^(\d+) refused (\d+)$", re.M)
 FAILED = re.compile(r"^\d+ error (.*)$", re.M)
@@ -423,6 +454,11 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
     start = time.monotonic() + 0.5
     records = int(seconds * QUOTA * OVERRUN / case.record)
     timeout = seconds * 3 + 60
+    if case.share:
+        from_earliest(broker.bootstrap, group)
+        text = java_tool(str(SHARE_CONSUME), [bootstrap, CLIENT_ID, group, topic, str(records),
+                                              str(int(seconds * 2))], timeout, out, print_metrics=False)
+        return judge(share_progress(text), out, warm_up)
     if case.fetch is not None:
         if case.client == "java":
             wall_offset = time.time() - time.monotonic()
@@ -491,6 +527,21 @@ def measure_scram(path: str, broker: KafkaBroker, quotas_at: str, login: str | N
     return [judge_end_offsets(meter, out, warm_up) for meter, out in zip(meters, outs, strict=True)]
 
 
+def from_earliest(bootstrap: str, group: str) -> None:
+    """Share group `group` starts at the partition's start (by default it starts at its end),
+    set with kafka-configs.sh at the broker: a group's config, not a quota."""
+    done = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--entity-type", "groups",
+                    "--entity-name", group, "--alter", "--add-config", "share.auto.offset.reset=earliest")
+    if done.returncode != 0:
+        raise RuntimeError(f"kafka-configs could not set {group}'s share.auto.offset.reset: "
+                           f"{done.stderr[-1500:]}")
+
+
+def share_progress(text: str) -> Timeline:
+    """The value bytes ShareConsumeLoop was given over time: (seconds since its start, so far)."""
+    return Timeline([(0.0, 0), *((int(m.group(1)) / 1000, int(m.group(2))) for m in GIVEN.finditer(text))])
+
+
 def creations(text: str, partitions: int) -> Timeline:
     """The partitions CreateTopicsLoop created over time: (seconds since its start, so far)."""
     timeline = Timeline([(0.0, 0)])
@@ -522,6 +573,28 @@ def measure_mutations(path: str, broker: KafkaBroker, bootstrap: str, prefix: st
         for future in admin.delete_topics(topics, operation_timeout=60).values():
             future.result(120)
     return out
+
+
+def led_by_each(cluster: KafkaCluster, topic: str) -> None:
+    """Create `topic` with one partition on each of the cluster's brokers, which leads it."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    replicas = [[n.node_id] for n in cluster.nodes]
+    admin.create_topics([NewTopic(topic, len(replicas), replica_assignment=replicas)])[topic].result(60)
+
+
+def measure_brokers(path: str, cluster: KafkaCluster, bootstrap: str, topic: str, seconds: float,
+                    warm_up: float) -> Outcome:
+    """The three-broker case on `path`: the librdkafka producer flat out at `bootstrap` for
+    `seconds` to `topic`, a partition led by each broker, its rate from the end offsets summed over
+    them. Kafka's brokers each enforce the quota for their own partition, as does the proxy with
+    scope broker: three times the quota, the measure for those paths; with scope cluster, one."""
+    brokers = len(cluster.nodes)
+    out = Outcome("three-brokers", path, quota=QUOTA * (1 if path == ONE_BUDGET else brokers))
+    start = time.monotonic() + 0.5
+    with EndOffsets(cluster.bootstrap, topic, brokers, RECORD, start) as meter:
+        rdkafka_produce(bootstrap, topic, seconds, start, out)
+        time.sleep(0.5)  # the last acknowledged bytes' offsets
+    return judge_end_offsets(meter, out, warm_up)
 
 
 def longest_gap(timeline: Timeline) -> tuple[float, float]:
@@ -559,7 +632,7 @@ def medians(results: Sequence[Outcome]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for case, by_path in by_case.items():
         mid: dict[str, tuple[float, float, float | None]] = {}
-        for path in PATHS:
+        for path in (*PATHS, ONE_BUDGET, SHARE_EMPTY):
             runs = by_path.get(path)
             if not runs:
                 continue
@@ -573,7 +646,7 @@ def medians(results: Sequence[Outcome]) -> list[tuple[str, str]]:
                          f"{rate:.3f}, worst {worst:.3f}x, mean throttle "
                          f"{'-' if throttle is None else f'{throttle:.0f} ms'} (rates "
                          f"{', '.join(f'{r.rate / quota:.3f}' for r in runs if r.rate is not None)})"))
-        if len(mid) == 2:
+        if "kafka" in mid and "proxy" in mid:
             rows.append((f"{case}: proxy - Kafka", gap(mid["kafka"], mid["proxy"])))
     return rows
 
@@ -619,6 +692,12 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
         stack.callback(broker.close)
         proxy = ProxyProcess(broker.address, broker.node_id).start()
         stack.callback(proxy.stop)
+        empty_proxy = None
+        if any(CASES[c].share for c in cases):
+            empty_proxy = ProxyProcess(broker.address, broker.node_id,
+                                       extra_config={"quota": {"share_fetch_throttle": "empty"}})
+            stack.callback(empty_proxy.stop)
+            empty_proxy.start()
         if scram:
             # SASL passthrough to Kafka's SCRAM listener, where `admin` may manage quotas
             sasl_proxy = ProxyProcess(broker.sasl_address, broker.node_id, extra_config={
@@ -631,9 +710,19 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
             scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="kafka-fidelity-"))
             admin = Path(scratch, "admin.properties")
             admin.write_text(scram_client_properties(SCRAM_MECHANISM, "admin", SCRAM_USERS["admin"]))
+        if any(CASES[c].brokers > 1 for c in cases):
+            cluster = KafkaCluster(brokers=max(CASES[c].brokers for c in cases)).start()
+            stack.callback(cluster.close)
+            cluster_proxies = {}
+            for path, scope in (("proxy", "broker"), (ONE_BUDGET, "cluster")):
+                ports = {n.node_id: free_port() for n in cluster.nodes}
+                cluster_proxies[path] = ProxyProcess(cluster.bootstrap, 1, node_port=ports[1], extra_config={
+                    "node_ports": ports, "quota": {"scope": scope}})
+                stack.callback(cluster_proxies[path].stop)
+                cluster_proxies[path].start()
         stamp = int(time.time())
         filled = None  # one partition filled once, that every consumer case reads in its own group
-        if any(CASES[c].fetch is not None for c in cases):
+        if any(CASES[c].consumer for c in cases):
             filled = f"fidelity-filled-{stamp}"
             create_topic(broker.bootstrap, filled, 1)
             longest = max(CASES[c].longer for c in cases)
@@ -642,7 +731,24 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
         for round_ in range(runs):
             for name in cases:
                 key = CASES[name].key
-                for path in paths:
+                if CASES[name].brokers > 1:
+                    for path in [*paths, *([ONE_BUDGET] if "proxy" in paths else [])]:
+                        topic = f"fidelity-{name}-{path}-{stamp}-{round_}"
+                        led_by_each(cluster, topic)
+                        bootstrap = cluster.bootstrap if path == "kafka" else cluster_proxies[path].bootstrap
+                        client_quota(bootstrap, key, QUOTA)
+                        try:
+                            out = measure_brokers(path, cluster, bootstrap, topic, seconds, warm_up)
+                        finally:
+                            client_quota(bootstrap, key, None)
+                        out.round = round_
+                        if timelines is not None:
+                            write_timeline(timelines, out)
+                        results.append(out)
+                        print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n", file=sys.stderr,
+                              flush=True)
+                    continue
+                for path in [*paths, *([SHARE_EMPTY] if CASES[name].share and "proxy" in paths else [])]:
                     if CASES[name].scram:
                         topics = [f"fidelity-{t.case}-{path}-{stamp}-{round_}" for t in SCRAM_TENANTS]
                         for topic in topics:
@@ -662,12 +768,13 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
                                   file=sys.stderr, flush=True)
                         results.extend(outs)
                         continue
-                    bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
+                    bootstrap = {"kafka": broker.bootstrap, "proxy": proxy.bootstrap,
+                                 SHARE_EMPTY: empty_proxy.bootstrap if empty_proxy else ""}[path]
                     topic = f"fidelity-{name}-{path}-{stamp}-{round_}"
                     if CASES[name].mutations:
                         client_quota(bootstrap, key, MUTATIONS)
                     else:
-                        if filled is not None and CASES[name].fetch is not None:
+                        if filled is not None and CASES[name].consumer:
                             topic = filled
                         else:
                             create_topic(broker.bootstrap, topic, 1)

@@ -17,6 +17,7 @@ from bench.kafka_fidelity import (
     REFUSED,
     SCRAM_QUOTAS,
     SCRAM_TENANTS,
+    SHARE_CONSUME,
     Outcome,
     client_metrics,
     creations,
@@ -25,6 +26,7 @@ from bench.kafka_fidelity import (
     judge,
     longest_gap,
     medians,
+    share_progress,
     throttles,
 )
 from bench.many_connections import QUOTA
@@ -102,7 +104,8 @@ def test_consumer_cases_are_judged_under_the_consumer_quota_producers_under_the_
         "java-consumer-small": "consumer_byte_rate", "java-consumer-large": "consumer_byte_rate",
         "librdkafka-consumer-small": "consumer_byte_rate",
         "librdkafka-consumer-large": "consumer_byte_rate", "scram-precedence": "producer_byte_rate",
-        "java-create-topics": "controller_mutation_rate"}
+        "java-create-topics": "controller_mutation_rate", "three-brokers": "producer_byte_rate",
+        "java-share-consumer": "consumer_byte_rate"}
     # large fetches on Kafka's broker come ten seconds of quota at a time: those cases run longer
     assert {name for name, case in CASES.items() if case.longer > 1} == {
         "java-consumer-large", "librdkafka-consumer-large"}
@@ -247,3 +250,29 @@ def test_the_mutations_case_creates_topics_under_the_controller_mutation_quota()
     assert CREATE_TOPICS.is_file()
     # five topics a second: a window holds 55, so one topic more or less is under 2% of it
     assert MUTATIONS / PARTITIONS * SLIDING_S == 55
+
+
+def test_one_budget_across_three_brokers_is_reported_after_the_two_paths_and_compared_with_neither() -> None:
+    three = QUOTA * 3
+    runs = [Outcome("three-brokers", "proxy-cluster", rate=QUOTA * 1.01, worst=WORTH * 1.04, throttles=[500]),
+            Outcome("three-brokers", "proxy", rate=three * 0.99, worst=three * SLIDING_S * 1.03,
+                    throttles=[480], quota=three),
+            Outcome("three-brokers", "kafka", rate=three * 1.00, worst=three * SLIDING_S * 1.05,
+                    throttles=[500], quota=three)]
+    assert medians(runs) == [
+        ("three-brokers, kafka: median of 1", "1.000, worst 1.050x, mean throttle 500 ms (rates 1.000)"),
+        ("three-brokers, proxy: median of 1", "0.990, worst 1.030x, mean throttle 480 ms (rates 0.990)"),
+        ("three-brokers, proxy-cluster: median of 1",
+         "1.010, worst 1.040x, mean throttle 500 ms (rates 1.010)"),
+        ("three-brokers: proxy - Kafka",
+         "rate -1.0%, worst -0.020x, mean throttle -4.0%: within 3%, 0.05x, 15%"),
+    ]
+
+
+def test_what_share_consume_loop_was_given_over_time() -> None:
+    text = ("[2026-11-29 07:08:08,724] DEBUG Received SHARE_FETCH response ...\n"
+            "6299 990208\n"
+            "6338 1980416\n"
+            "36452 10892288\n")
+    assert share_progress(text).marks == [(0.0, 0), (6.299, 990208), (6.338, 1980416), (36.452, 10892288)]
+    assert SHARE_CONSUME.is_file()
