@@ -46,7 +46,13 @@ Cases (`--cases`), each under a quota of 1,000,000 B/s for client-id `bulk`:
   the quota empty, and the records it had acquired for the member stay locked until their lock
   (30 s) runs out; the proxy delivers them and mutes the connection (docs/quotas.md, "Share
   groups"). A third path, `proxy-empty`, goes through a proxy with
-  `quota.share_fetch_throttle: empty`, which answers as Kafka's broker does.
+  `quota.share_fetch_throttle: empty`, which answers as Kafka's broker does;
+- `librdkafka-small-requests` (`request_percentage` 5, KIP-124): the librdkafka producer flat out
+  with one 1 KiB record a request and one request in flight (linger 0), its rate the requests the
+  broker appended per second (printed against a quota of 1). Kafka charges its request handler
+  and network threads' time; the proxy its own time plus the broker's service time as it sees it
+  (docs/quotas.md, "Request time at a proxy"): not the same time, so this case measures how far
+  apart the two are rather than expecting them to agree.
 
 For each case and path:
 - rate: for producers the record bytes the broker appended (its end offsets, read every 0.25 s
@@ -77,6 +83,7 @@ proxy and the clients share this machine's cores.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
@@ -85,7 +92,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -153,6 +160,7 @@ class Case:
     mutations: bool = False  # topics created in a loop under controller_mutation_rate
     brokers: int = 1  # more: a KafkaCluster, a producer to partitions led by each of its brokers
     share: bool = False  # a KIP-932 share consumer (bench/java/ShareConsumeLoop.java)
+    requests: bool = False  # one record a Produce, under request_percentage (KIP-124)
 
     @property
     def consumer(self) -> bool:
@@ -162,6 +170,8 @@ class Case:
     def key(self) -> str:
         if self.mutations:
             return "controller_mutation_rate"
+        if self.requests:
+            return "request_percentage"
         return "consumer_byte_rate" if self.consumer else "producer_byte_rate"
 
 
@@ -177,7 +187,15 @@ CASES = {
     "java-create-topics": Case("java", 0, mutations=True),
     "three-brokers": Case("librdkafka", RECORD, brokers=3),
     "java-share-consumer": Case("java", RECORD, share=True),
+    "librdkafka-small-requests": Case("librdkafka", RECORD, requests=True),
 }
+
+# The small-requests case's request_percentage: 5% of a thread's time in each window. Its rate
+# is Produce requests per second (one record each), judged against a quota of 1 so as to print
+# them as they are; Kafka's and the proxy's request times are not the same time (docs/quotas.md,
+# "Request time at a proxy"), so this case shows how far apart they are.
+REQUEST_PERCENTAGE = 5
+ONE_RECORD_EACH = {"linger.ms": 0, "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1}
 
 # The mutations case: partitions/s, and the partitions of each topic it creates. Each accepted
 # CreateTopics takes the bucket PARTITIONS below what it had, a throttle of PARTITIONS / MUTATIONS s
@@ -417,16 +435,40 @@ def throttle_cb(told: list[int]) -> Callable[[Any], None]:
 
 
 def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome,
-                    client_id: str = CLIENT_ID, config: dict[str, object] | None = None) -> None:
+                    client_id: str = CLIENT_ID, config: Mapping[str, object] | None = None) -> None:
     """devkit.producing's librdkafka producer flat out for `seconds` from `start`, with `config`
-    added to its settings, each throttle it was told into `out`."""
+    added to its settings, each throttle it was told into `out`, and from its last statistics the
+    Produce requests it sent and their mean batch size: more requests, each smaller, are told more
+    throttles, each shorter, for the same bytes."""
     told: list[int] = []
     timeline = Timeline()
+    stats: list[str] = []
     produce(bootstrap, topic, client_id, start, seconds, timeline,
-            config={**(config or {}), "throttle_cb": throttle_cb(told)})
+            config={**(config or {}), "throttle_cb": throttle_cb(told),
+                    "statistics.interval.ms": 1000, "stats_cb": stats.append})
     out.throttles = told
+    out.metrics.update(produce_statistics(stats))
     if timeline.errors:
         out.errors.append(f"{timeline.errors} records not delivered")
+
+
+def produce_statistics(texts: Sequence[str]) -> dict[str, float]:
+    """From librdkafka's statistics (JSON, one each interval): the Produce requests sent to all
+    brokers (a counter: the last one's), and the mean size of the batches in them (bytes; each
+    interval's `batchsize` window covers that interval only, so summed over all of them)."""
+    if not texts:
+        return {}
+    last = json.loads(texts[-1])
+    found: dict[str, float] = {"produce-requests": sum(
+        b.get("req", {}).get("Produce", 0) for b in last.get("brokers", {}).values())}
+    total = count = 0
+    for text in texts:
+        for topic in json.loads(text).get("topics", {}).values():
+            total += topic.get("batchsize", {}).get("sum", 0)
+            count += topic.get("batchsize", {}).get("cnt", 0)
+    if count:
+        found["batch-avg-bytes"] = total / count
+    return found
 
 
 def rdkafka_read(bootstrap: str, topic: str, group: str, fetch: int, seconds: float, start: float,
@@ -456,8 +498,12 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
     timeout = seconds * 3 + 60
     if case.share:
         from_earliest(broker.bootstrap, group)
+        limit = int(seconds * 2)
         text = java_tool(str(SHARE_CONSUME), [bootstrap, CLIENT_ID, group, topic, str(records),
-                                              str(int(seconds * 2))], timeout, out, print_metrics=False)
+                                              str(limit)], timeout, out, print_metrics=False)
+        # its exit 2: the time ran out first (on Kafka's broker, locked records come back late)
+        late = f"not all {records} records within {limit} s"
+        out.errors = [late if e.startswith("ShareConsumeLoop exited 2") else e for e in out.errors]
         return judge(share_progress(text), out, warm_up)
     if case.fetch is not None:
         if case.client == "java":
@@ -472,6 +518,12 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
         else:
             given = rdkafka_read(bootstrap, topic, group, case.fetch, seconds, start, out)
         return judge(given, out, warm_up)
+    if case.requests:
+        out.quota = 1
+        with EndOffsets(broker.bootstrap, topic, 1, 1, start) as meter:
+            rdkafka_produce(bootstrap, topic, seconds, start, out, config=ONE_RECORD_EACH)
+            time.sleep(0.5)
+        return judge_end_offsets(meter, out, warm_up)
     with EndOffsets(broker.bootstrap, topic, 1, case.record, start) as meter:
         if case.client == "java":
             java_tool("ProducerPerformance", [
@@ -778,7 +830,7 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
                             topic = filled
                         else:
                             create_topic(broker.bootstrap, topic, 1)
-                        client_quota(bootstrap, key, QUOTA)
+                        client_quota(bootstrap, key, REQUEST_PERCENTAGE if CASES[name].requests else QUOTA)
                     try:
                         if CASES[name].mutations:
                             out = measure_mutations(path, broker, bootstrap, topic, seconds, warm_up)

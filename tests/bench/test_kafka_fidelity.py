@@ -4,6 +4,7 @@ medians against the fidelity bounds (rate 3%, worst window 0.05x, mean throttle 
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 import pytest
@@ -26,6 +27,7 @@ from bench.kafka_fidelity import (
     judge,
     longest_gap,
     medians,
+    produce_statistics,
     share_progress,
     throttles,
 )
@@ -105,7 +107,7 @@ def test_consumer_cases_are_judged_under_the_consumer_quota_producers_under_the_
         "librdkafka-consumer-small": "consumer_byte_rate",
         "librdkafka-consumer-large": "consumer_byte_rate", "scram-precedence": "producer_byte_rate",
         "java-create-topics": "controller_mutation_rate", "three-brokers": "producer_byte_rate",
-        "java-share-consumer": "consumer_byte_rate"}
+        "java-share-consumer": "consumer_byte_rate", "librdkafka-small-requests": "request_percentage"}
     # large fetches on Kafka's broker come ten seconds of quota at a time: those cases run longer
     assert {name for name, case in CASES.items() if case.longer > 1} == {
         "java-consumer-large", "librdkafka-consumer-large"}
@@ -276,3 +278,13 @@ def test_what_share_consume_loop_was_given_over_time() -> None:
             "36452 10892288\n")
     assert share_progress(text).marks == [(0.0, 0), (6.299, 990208), (6.338, 1980416), (36.452, 10892288)]
     assert SHARE_CONSUME.is_file()
+
+
+def test_produce_requests_and_mean_batch_from_every_interval_of_librdkafka_statistics() -> None:
+    def stats(produce: list[int], sum_: int, cnt: int) -> str:
+        brokers = {f"b{i}": {"req": {"Produce": n, "Metadata": 3}} for i, n in enumerate(produce)}
+        return json.dumps({"brokers": brokers, "topics": {"t": {"batchsize": {"sum": sum_, "cnt": cnt}}}})
+    # the request counters are cumulative, each interval's batch window its own
+    texts = [stats([10, 5], 300_000, 3), stats([30, 20], 100_000, 2)]
+    assert produce_statistics(texts) == {"produce-requests": 50, "batch-avg-bytes": 80_000}
+    assert produce_statistics([]) == {}
