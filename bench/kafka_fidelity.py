@@ -258,6 +258,9 @@ class Outcome:
     errors: list[str] = field(default_factory=list)
     quota: float = QUOTA  # bytes/s, the quota the rate is judged against
     timeline: Timeline | None = None  # what was judged, for --timelines
+    # set where there is no quota to divide by: the rate and the fullest window's rate are
+    # printed as they are, in this unit, and the proxy's window is compared relatively
+    unit: str = ""
 
     @property
     def mean_throttle(self) -> float | None:
@@ -519,7 +522,7 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
             given = rdkafka_read(bootstrap, topic, group, case.fetch, seconds, start, out)
         return judge(given, out, warm_up)
     if case.requests:
-        out.quota = 1
+        out.quota, out.unit = 1, "requests/s"
         with EndOffsets(broker.bootstrap, topic, 1, 1, start) as meter:
             rdkafka_produce(bootstrap, topic, seconds, start, out, config=ONE_RECORD_EACH)
             time.sleep(0.5)
@@ -661,9 +664,13 @@ def rows_of(r: Outcome) -> list[tuple[str, str]]:
     name = f"{r.case}, {r.path}, run {r.round + 1}"
     rows = []
     if r.rate is not None and r.worst is not None and r.span is not None:
-        rows.append((f"{name}: rate / quota, {r.span[0]:.1f}-{r.span[1]:.1f} s",
-                     f"{r.rate / r.quota:.3f}, worst {r.worst / (r.quota * SLIDING_S):.3f}x "
-                     f"from {r.worst_at:.2f} s"))
+        if r.unit:
+            rows.append((f"{name}: {r.unit}, {r.span[0]:.1f}-{r.span[1]:.1f} s",
+                         f"{r.rate:.1f}, fullest window {r.worst / SLIDING_S:.1f} from {r.worst_at:.2f} s"))
+        else:
+            rows.append((f"{name}: rate / quota, {r.span[0]:.1f}-{r.span[1]:.1f} s",
+                         f"{r.rate / r.quota:.3f}, worst {r.worst / (r.quota * SLIDING_S):.3f}x "
+                         f"from {r.worst_at:.2f} s"))
     mean = r.mean_throttle
     told = f"{len(r.throttles)} throttled" + (f", mean {mean:.0f} ms" if mean is not None else "")
     if r.metrics:
@@ -694,21 +701,33 @@ def medians(results: Sequence[Outcome]) -> list[tuple[str, str]]:
             means = [m for r in runs if (m := r.mean_throttle) is not None]
             throttle = statistics.median(means) if means else None
             mid[path] = (rate, worst, throttle)
+            unit = runs[0].unit
+            figures = (f"{rate:.1f} {unit}, fullest window {worst:.1f}" if unit
+                       else f"{rate:.3f}, worst {worst:.3f}x")
             rows.append((f"{case}, {path}: median of {len(runs)}",
-                         f"{rate:.3f}, worst {worst:.3f}x, mean throttle "
+                         f"{figures}, mean throttle "
                          f"{'-' if throttle is None else f'{throttle:.0f} ms'} (rates "
                          f"{', '.join(f'{r.rate / quota:.3f}' for r in runs if r.rate is not None)})"))
         if "kafka" in mid and "proxy" in mid:
-            rows.append((f"{case}: proxy - Kafka", gap(mid["kafka"], mid["proxy"])))
+            rows.append((f"{case}: proxy - Kafka", gap(mid["kafka"], mid["proxy"],
+                                                       relative_window=bool(unit))))
     return rows
 
 
-def gap(kafka: tuple[float, float, float | None], proxy: tuple[float, float, float | None]) -> str:
-    """The proxy's medians against Kafka's: rate (relative), worst window (in the quota's worth),
-    mean throttle (relative), and whether all three are within the bounds."""
-    rate_gap, window_gap = proxy[0] / kafka[0] - 1, proxy[1] - kafka[1]
-    within = abs(rate_gap) <= RATE_BOUND and abs(window_gap) <= WINDOW_BOUND
-    text = f"rate {rate_gap:+.1%}, worst {window_gap:+.3f}x"
+def gap(kafka: tuple[float, float, float | None], proxy: tuple[float, float, float | None],
+        relative_window: bool = False) -> str:
+    """The proxy's medians against Kafka's: rate (relative), worst window (in the quota's worth, or
+    with `relative_window` relative, where there is no quota to measure it in), mean throttle
+    (relative), and whether all three are within the bounds."""
+    rate_gap = proxy[0] / kafka[0] - 1
+    if relative_window:
+        window_gap = proxy[1] / kafka[1] - 1
+        within = abs(rate_gap) <= RATE_BOUND and abs(window_gap) <= RATE_BOUND
+        text = f"rate {rate_gap:+.1%}, fullest window {window_gap:+.1%}"
+    else:
+        window_gap = proxy[1] - kafka[1]
+        within = abs(rate_gap) <= RATE_BOUND and abs(window_gap) <= WINDOW_BOUND
+        text = f"rate {rate_gap:+.1%}, worst {window_gap:+.3f}x"
     if kafka[2] and proxy[2] is not None:
         throttle_gap = proxy[2] / kafka[2] - 1
         within = within and abs(throttle_gap) <= THROTTLE_BOUND

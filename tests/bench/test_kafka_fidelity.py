@@ -288,3 +288,18 @@ def test_produce_requests_and_mean_batch_from_every_interval_of_librdkafka_stati
     texts = [stats([10, 5], 300_000, 3), stats([30, 20], 100_000, 2)]
     assert produce_statistics(texts) == {"produce-requests": 50, "batch-avg-bytes": 80_000}
     assert produce_statistics([]) == {}
+
+
+def test_requests_per_second_are_printed_as_they_are_and_compared_relatively() -> None:
+    runs = [Outcome("librdkafka-small-requests", "kafka", rate=415.0, worst=459.5 * SLIDING_S,
+                    throttles=[23], quota=1, unit="requests/s"),
+            Outcome("librdkafka-small-requests", "proxy", rate=124.8, worst=132.9 * SLIDING_S,
+                    throttles=[74], quota=1, unit="requests/s")]
+    assert medians(runs) == [
+        ("librdkafka-small-requests, kafka: median of 1",
+         "415.0 requests/s, fullest window 459.5, mean throttle 23 ms (rates 415.000)"),
+        ("librdkafka-small-requests, proxy: median of 1",
+         "124.8 requests/s, fullest window 132.9, mean throttle 74 ms (rates 124.800)"),
+        ("librdkafka-small-requests: proxy - Kafka",
+         "rate -69.9%, fullest window -71.1%, mean throttle +221.7%: outside 3%, 0.05x, 15%"),
+    ]
