@@ -756,6 +756,16 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
         raise ValueError(f"unknown case(s) {', '.join(unknown)}; known: {', '.join(CASES)}")
     results: list[Outcome] = []
     rows: list[tuple[str, str]] = []
+
+    def done(outs: list[Outcome], round_: int) -> None:
+        """Keep a round's outcomes, write their timelines if asked, and print them as it goes,
+        on standard error: a round of every case takes minutes."""
+        for out in outs:
+            out.round = round_
+            if timelines is not None:
+                write_timeline(timelines, out)
+            print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n", file=sys.stderr, flush=True)
+        results.extend(outs)
     scram = any(CASES[c].scram for c in cases)
     with ExitStack() as stack:
         broker = (KafkaBroker(sasl_port=free_port(), scram_users=SCRAM_USERS) if scram
@@ -809,15 +819,10 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
                         bootstrap = cluster.bootstrap if path == "kafka" else cluster_proxies[path].bootstrap
                         client_quota(bootstrap, key, QUOTA)
                         try:
-                            out = measure_brokers(path, cluster, bootstrap, topic, seconds, warm_up)
+                            done([measure_brokers(path, cluster, bootstrap, topic, seconds, warm_up)],
+                                 round_)
                         finally:
                             client_quota(bootstrap, key, None)
-                        out.round = round_
-                        if timelines is not None:
-                            write_timeline(timelines, out)
-                        results.append(out)
-                        print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n", file=sys.stderr,
-                              flush=True)
                     continue
                 for path in [*paths, *([SHARE_EMPTY] if CASES[name].share and "proxy" in paths else [])]:
                     if CASES[name].scram:
@@ -829,15 +834,8 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
                         else:
                             quotas_at, login, clients_at = (sasl_proxy.bootstrap, str(admin),
                                                             sasl_proxy.bootstrap)
-                        outs = measure_scram(path, broker, quotas_at, login, clients_at, topics,
-                                             seconds, warm_up)
-                        for out in outs:
-                            out.round = round_
-                            if timelines is not None:
-                                write_timeline(timelines, out)
-                            print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n",
-                                  file=sys.stderr, flush=True)
-                        results.extend(outs)
+                        done(measure_scram(path, broker, quotas_at, login, clients_at, topics,
+                                           seconds, warm_up), round_)
                         continue
                     bootstrap = {"kafka": broker.bootstrap, "proxy": proxy.bootstrap,
                                  SHARE_EMPTY: empty_proxy.bootstrap if empty_proxy else ""}[path]
@@ -858,13 +856,7 @@ def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str]
                                           f"fidelity-{name}-{path}-{stamp}-{round_}")
                     finally:
                         client_quota(bootstrap, key, None)
-                    out.round = round_
-                    if timelines is not None:
-                        write_timeline(timelines, out)
-                    results.append(out)
-                    # as it goes, on standard error: a round of every case takes minutes
-                    print(*(f"{k:60s} {v}" for k, v in rows_of(out)), sep="\n", file=sys.stderr,
-                          flush=True)
+                    done([out], round_)
     for r in results:
         rows.extend(rows_of(r))
     rows.extend(medians(results))
