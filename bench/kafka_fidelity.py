@@ -121,8 +121,8 @@ from devkit.kafka import (
     free_port,
     java_command,
     lib_dir,
-    run_tool,
     scram_client_properties,
+    share_from_earliest,
 )
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD, Timeline, produce
@@ -500,7 +500,7 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
     records = int(seconds * QUOTA * OVERRUN / case.record)
     timeout = seconds * 3 + 60
     if case.share:
-        from_earliest(broker.bootstrap, group)
+        share_from_earliest(broker.bootstrap, group)
         limit = int(seconds * 2)
         text = java_tool(str(SHARE_CONSUME), [bootstrap, CLIENT_ID, group, topic, str(records),
                                               str(limit)], timeout, out, print_metrics=False)
@@ -521,20 +521,17 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
         else:
             given = rdkafka_read(bootstrap, topic, group, case.fetch, seconds, start, out)
         return judge(given, out, warm_up)
-    if case.requests:
+    if case.requests:  # counted in requests (records), not bytes
         out.quota, out.unit = 1, "requests/s"
-        with EndOffsets(broker.bootstrap, topic, 1, 1, start) as meter:
-            rdkafka_produce(bootstrap, topic, seconds, start, out, config=ONE_RECORD_EACH)
-            time.sleep(0.5)
-        return judge_end_offsets(meter, out, warm_up)
-    with EndOffsets(broker.bootstrap, topic, 1, case.record, start) as meter:
+    with EndOffsets(broker.bootstrap, topic, 1, 1 if case.requests else case.record, start) as meter:
         if case.client == "java":
             java_tool("ProducerPerformance", [
                 "--topic", topic, "--num-records", str(records), "--record-size", str(case.record),
                 "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
                 f"client.id={CLIENT_ID}"], timeout, out)
         else:
-            rdkafka_produce(bootstrap, topic, seconds, start, out)
+            rdkafka_produce(bootstrap, topic, seconds, start, out,
+                            config=ONE_RECORD_EACH if case.requests else None)
         time.sleep(0.5)  # the last acknowledged bytes' offsets
     return judge_end_offsets(meter, out, warm_up)
 
@@ -580,16 +577,6 @@ def measure_scram(path: str, broker: KafkaBroker, quotas_at: str, login: str | N
         for entity, _ in SCRAM_QUOTAS:
             entity_quota(quotas_at, entity, "producer_byte_rate", None, login, settle=0)
     return [judge_end_offsets(meter, out, warm_up) for meter, out in zip(meters, outs, strict=True)]
-
-
-def from_earliest(bootstrap: str, group: str) -> None:
-    """Share group `group` starts at the partition's start (by default it starts at its end),
-    set with kafka-configs.sh at the broker: a group's config, not a quota."""
-    done = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--entity-type", "groups",
-                    "--entity-name", group, "--alter", "--add-config", "share.auto.offset.reset=earliest")
-    if done.returncode != 0:
-        raise RuntimeError(f"kafka-configs could not set {group}'s share.auto.offset.reset: "
-                           f"{done.stderr[-1500:]}")
 
 
 def share_progress(text: str) -> Timeline:

@@ -221,6 +221,17 @@ def run_tool(main_class: str, *args: str, lib: Path | None = None, heap: str = "
                               stdin=None if input is not None else subprocess.DEVNULL)
 
 
+def share_from_earliest(bootstrap: str, group: str, lib: Path | None = None) -> None:
+    """Share group `group` reads from the partitions' start (by default it starts at their end):
+    its share.auto.offset.reset=earliest, set with kafka-configs.sh (ConfigCommand) at `bootstrap`."""
+    out = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--entity-type", "groups",
+                   "--entity-name", group, "--alter", "--add-config", "share.auto.offset.reset=earliest",
+                   lib=lib)
+    if out.returncode != 0:
+        raise KafkaError(f"kafka-configs could not set {group}'s share.auto.offset.reset:\n"
+                         f"{_tail(out.stdout + out.stderr)}")
+
+
 # -- A metadata request over a plain socket ----------------------------------------------------------
 
 class BrokerInfo(NamedTuple):

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.kafka import KafkaBroker, run_tool
+from devkit.kafka import KafkaBroker, run_tool, share_from_earliest
 from devkit.processes import ProxyProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
@@ -42,12 +42,6 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
     admin.create_topics([NewTopic(name, partitions, 1)])[name].result(60)
 
 
-def from_earliest(bootstrap: str, group: str) -> None:
-    done = run_tool("ConfigCommand", "--bootstrap-server", bootstrap, "--entity-type", "groups",
-                    "--entity-name", group, "--alter", "--add-config", "share.auto.offset.reset=earliest")
-    assert done.returncode == 0, done.stderr[-2000:]
-
-
 def fill(bootstrap: str, topic: str, records: int) -> None:
     done = run_tool("ProducerPerformance", "--topic", topic, "--num-records", str(records),
                     "--record-size", str(RECORD_SIZE), "--throughput", "-1", "--producer-props",
@@ -60,7 +54,7 @@ def share_perf(bootstrap: str, topic: str, group: str, client_id: str,
     """ShareConsumerPerformance's own per-second progress: (seconds since its first report, MB
     consumed so far), from --show-detailed-stats, timed by each row's end (its closing summary
     row starts where the run started)."""
-    from_earliest(bootstrap, group)
+    share_from_earliest(bootstrap, group)
     done = run_tool("ShareConsumerPerformance", "--bootstrap-server", bootstrap, "--topic", topic,
                     "--group", group, "--num-records", str(records), "--show-detailed-stats",
                     "--reporting-interval", "1000", "--timeout", "60000",
@@ -95,7 +89,7 @@ def test_console_share_consumer_reads_every_record(share_proxy: ProxyProcess, to
                     f"bootstrap.servers={share_proxy.bootstrap}", "acks=all")
     assert done.returncode == 0, done.stderr[-2000:]
     group = f"share-{topic_name}"
-    from_earliest(share_proxy.bootstrap, group)
+    share_from_earliest(share_proxy.bootstrap, group)
     read = run_tool("org.apache.kafka.tools.consumer.ConsoleShareConsumer", "--bootstrap-server",
                     share_proxy.bootstrap, "--topic", topic_name, "--group", group,
                     "--max-messages", "1000", "--timeout-ms", "60000")
