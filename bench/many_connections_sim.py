@@ -11,7 +11,8 @@ where and when they read, charge and mute, modelled from their code:
   it, and the channel kept muted until `record time + throttle` (`ThrottledChannel`). A Fetch is
   recorded with its response's size; over quota it is taken back and answered empty.
 - **The proxy** (`proxy/stages/quota_charge.py`, `proxy/datapath/client.py`): it reads up to
-  `max_inflight_requests` (5) requests per connection ahead of their answers; a Produce is
+  `max_inflight_requests` (5) requests per connection ahead of their answers, one at a time
+  once the client is over its quota or over it by its bytes so far (`read_alone`); a Produce is
   charged when it is read, and one over quota is the last read until its response has been
   written and its throttle has passed (the mute starts at the write). A Fetch is charged at its
   response (`quota_settle.py`), as on Kafka.
@@ -231,6 +232,7 @@ class Proxy(Server):
         self.throttles_due: dict[int, int] = {}
         self.muted_until: dict[int, float] = {}
         self.handles: dict[int, dict[object, ChargeHandle]] = {}  # each connection's
+        self.alone: dict[int, bool] = {}  # ConnectionInfo.read_alone, each connection's
 
     def send(self, request: Request) -> None:
         size = request.size if self.kind == "produce" else 64
@@ -252,7 +254,11 @@ class Proxy(Server):
         return 0
 
     def _open(self, conn: int) -> bool:
-        return (self.awaiting.get(conn, 0) < self.max_inflight and not self.throttles_due.get(conn, 0)
+        # One request at a time for a client over its quota, or over it by its bytes so far
+        # (ConnectionInfo.read_alone): with up to 5 read ahead, ten producers each had four
+        # requests charged in their first milliseconds, 3.6% more than Kafka over 11-55 s.
+        ahead = 1 if self.alone.get(conn) else self.max_inflight
+        return (self.awaiting.get(conn, 0) < ahead and not self.throttles_due.get(conn, 0)
                 and self.clock.now >= self.muted_until.get(conn, 0.0))
 
     def _read(self, conn: int) -> None:
@@ -269,11 +275,13 @@ class Proxy(Server):
             self.awaiting[conn] = self.awaiting.get(conn, 0) + 1
             if self.kind == "produce":
                 quota = manager(self.engine, "produce")
-                throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, int(clock.now),
-                                                            self.handles.setdefault(conn, {}), paced)
+                now, handles = int(clock.now), self.handles.setdefault(conn, {})
+                throttle = quota.record_and_get_throttle_ms("", CLIENT_ID, request.size, now, handles, paced)
                 request.throttle_ms = throttle
                 if throttle:
                     self.throttles_due[conn] = self.throttles_due.get(conn, 0) + 1
+                self.alone[conn] = not paced and (bool(throttle) or quota.over_so_far("", CLIENT_ID, now,
+                                                                                      handles))
             size = request.size if self.kind == "produce" else 64
             up = clock.now + clock.timing.proxy_ms + clock.transfer(size)
             clock.at(up, functools.partial(self._forwarded, request))

@@ -70,6 +70,10 @@ class ConnectionInfo:
     metered: bool = False  # counted in the usage log's `connections` (at its first request)
     # ChargeHandle by quota manager: this connection's way to its sensors, kept
     charge_handles: dict[object, ChargeHandle] = field(default_factory=dict)
+    # Set by QuotaCharge at each Produce (Kafka's enforcement): the client is over its quota,
+    # or was by its bytes so far (`ClientQuotaManager.over_so_far`); read by ClientConnection,
+    # which then reads no request ahead of the answers to those before it, as Kafka's broker.
+    read_alone: bool = False
     # Topic quotas: per (topic, partition), the first idempotent batch refused on this connection
     # (producer id, epoch, base sequence) and when; until its retry comes, later batches of the
     # partition are refused too, or they would reach the broker out of sequence.

@@ -215,6 +215,16 @@ class ClientQuotaManager(_ResolvedQuota):
         # Rounded as the throttle told is (java_round): what was told and paid is not owed again.
         return _clamp_throttle(java_round(until - now_ms)) if until > now_ms else 0
 
+    def over_so_far(self, user: str, client_id: str | None, now_ms: float,
+                    handles: dict[object, ChargeHandle] | None = None) -> bool:
+        """Whether this client's bytes came faster than its quota over the time its sensor
+        actually spans (`Rate.rate_so_far`; with the quota shared, this replica's own bytes):
+        a connection then reads one request at a time, as Kafka's broker always does, since
+        each request read ahead is charged before the answers that would throttle it. False
+        where no quota applies."""
+        found = self._measured(user, client_id, now_ms, handles)
+        return found is not None and found[0].rate_so_far(now_ms) > found[1]
+
     def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float,
                 handles: dict[object, ChargeHandle] | None = None) -> int:
         """How long to hold a client that was just delivered `size` bytes over its quota (a

@@ -277,6 +277,18 @@ class Rate:
             self._purge(now_ms)
         return self._sum() / (self._window_size_after_purge(now_ms) / 1000.0)
 
+    def rate_so_far(self, now_ms: float) -> float:
+        """The rate per second over the time the retained samples actually span, at least one
+        sample (W). Not Kafka's: `measure` pads a young sensor's window to (N-1) samples, which
+        lets a client's first (N-1) * W of quota through at once; this shows that first burst
+        as the rate it came at. 0.0 for a sensor that never recorded."""
+        if not self._starts:
+            return 0.0
+        if now_ms >= self._purge_due:
+            self._purge(now_ms)
+        span = now_ms - self._oldest_start()
+        return self._sum() * 1000.0 / (span if span > self._window else self._window)
+
     def __repr__(self) -> str:
         return (f"Rate(samples={self.config.samples}, window_ms={self.config.window_ms}, "
                 f"starts={self._starts}, values={self._values})")

@@ -33,6 +33,21 @@ def test_the_proxys_default_holds_many_connections_as_kafkas_broker_does(connect
     assert min(k.rate for k in kafka) > 1.05 and min(k.worst for k in kafka) > 1.2
 
 
+@pytest.mark.parametrize("connections", [1, 3, 10])
+def test_over_issue_27s_span_too_the_proxy_holds_its_connections_as_kafkas_broker(connections: int) -> None:
+    """Over 11-55 s, where the first burst still weighs: the means of 20 seeds within the fidelity
+    bounds (rate 3%, fullest window 0.05x). Reading up to 5 requests ahead of their answers
+    whatever the client's rate, the proxy charged ten producers' first four requests each at
+    once and gave them 3.6% more than Kafka's broker, with windows 0.06x fuller; it now reads
+    one at a time once a client is over its quota by its bytes so far (ConnectionInfo.read_alone),
+    and gives 0.9% more and windows 0.02x emptier."""
+    seeds = range(1, 21)
+    kafka = [simulate("kafka", connections, seed=s) for s in seeds]
+    proxy = [simulate("proxy", connections, seed=s) for s in seeds]
+    assert mean(p.rate for p in proxy) == pytest.approx(mean(k.rate for k in kafka), rel=0.03)
+    assert mean(p.worst for p in proxy) == pytest.approx(mean(k.worst for k in kafka), abs=0.05)
+
+
 @pytest.mark.parametrize(("replicas", "connections"), [(3, 3), (3, 10), (10, 10)])
 def test_under_kafkas_throttle_a_fleet_holds_what_one_replica_holds(replicas: int, connections: int) -> None:
     """Issue 27: with the quota shared through the store, 3 and 10 replicas give the same

@@ -163,6 +163,39 @@ def test_requests_pipelined_behind_one_over_quota_wait_for_its_throttle(broker_d
     run(scenario())
 
 
+@pytest.mark.parametrize(("size", "alone"), [(1000, True), (400, False)])
+def test_a_client_over_its_quota_by_its_bytes_so_far_is_read_one_request_at_a_time(size: int,
+                                                                                    alone: bool) -> None:
+    """1000 B in a fresh sensor's first second: within Kafka's rate (100 B/s over the padded
+    10 s window), so not throttled, but 1000 B/s so far against 500 B/s. Its next Produce is then
+    read only once the broker has answered this one, as a broker reads one request per connection
+    at a time. 400 B so far is within the quota: the next one is read ahead of the answer."""
+    script = Script()
+    script.produce_delay = 0.2
+
+    async def scenario() -> None:
+        async with running(script, quotas=PRODUCE_QUOTA) as h:
+            freeze(h)
+            c = await connect(h)
+            first, second = produce(7, size), produce(7, 100)
+            await c.send(first)
+            await arrival(h, script, 1)
+            (conn,) = h.proxy.connections
+            assert conn.info.read_alone is alone
+            await c.send(second)  # a write of its own: not read in one go with the first
+            if alone:
+                await asyncio.sleep(0.1)  # the broker holds the first one's answer for 0.2 s
+                assert len(conn._awaiting) == 1 and "inflight" in conn.gate.reasons
+            else:
+                await h.wait_for(lambda: len(conn._awaiting) == 2)
+            _, r1 = await c.recv(first)
+            assert r1.throttle_time_ms == 0
+            await c.recv(second)
+            assert script.api_keys == [0, 0]
+            c.close()
+    run(scenario())
+
+
 def test_produce_acks0_over_quota_is_muted_without_a_response() -> None:
     script = Script()
 

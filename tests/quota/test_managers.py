@@ -73,6 +73,19 @@ def test_quota_violation() -> None:
     assert m.record_and_get_throttle_ms("ANONYMOUS", "unknown", 0, t) == 0  # the burst has rolled over
 
 
+def test_over_so_far_counts_a_first_burst_that_kafkas_padded_window_lets_through() -> None:
+    m = produce(QuotaStore({E(client_id=DEFAULT): {P: 500.0}}))
+    assert not m.over_so_far("ANONYMOUS", "app", 0)  # nothing recorded yet
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 400, 0) == 0
+    assert not m.over_so_far("ANONYMOUS", "app", 0)  # 400 B in its first second: within 500 B/s
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 400, 10) == 0  # 80 B/s by Kafka's rate
+    assert m.over_so_far("ANONYMOUS", "app", 10)  # but 800 B/s so far
+    assert not m.over_so_far("ANONYMOUS", "app", 1600)  # 800 B over 1.6 s
+    unlimited = produce(QuotaStore({E(client_id="other"): {P: 500.0}}))
+    unlimited.record_and_get_throttle_ms("ANONYMOUS", "app", 10**9, 0)
+    assert not unlimited.over_so_far("ANONYMOUS", "app", 0)  # no quota applies to it
+
+
 def test_nothing_is_recorded_while_no_quota_of_the_type_was_ever_set() -> None:
     sensors = LocalSensors(CONFIG)
     store = QuotaStore({E(client_id=DEFAULT): {F: 1.0}})  # a fetch quota only

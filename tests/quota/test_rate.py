@@ -242,6 +242,26 @@ def test_rate_measures_exactly_as_the_plain_algorithm(seed: int, values: str) ->
         assert surely[0] == 0  # no exact running sum: always measured
 
 
+def test_rate_so_far_is_over_the_time_the_samples_span_not_the_padded_window() -> None:
+    rate = Rate(MetricConfig())  # N = 11, W = 1 s
+    assert rate.rate_so_far(0) == 0.0  # never recorded
+    rate.record(4000, 0)
+    # A young sensor's first burst: Kafka's rate divides by (N-1) W = 10 s; so far, by one W.
+    assert rate.measure(0) == 400.0
+    assert rate.rate_so_far(0) == 4000.0
+    assert rate.rate_so_far(500) == 4000.0  # at least one sample's W
+    rate.record(2000, 2000)
+    assert rate.rate_so_far(3000) == 2000.0  # 6000 B over the 3 s since the first sample began
+    assert rate.measure(3000) == 600.0
+    # Once the samples span (N-1) W or more, the two agree: at 12 s the first sample (11 s
+    # old) is reset, and 2900 B are left over the 10 s since the second began.
+    for t in range(3000, 12_000, 1000):
+        rate.record(100, t)
+    assert rate.rate_so_far(12_000) == rate.measure(12_000) == 290.0
+    # Samples that ran out are reset: an idle sensor's rate so far is nothing.
+    assert rate.rate_so_far(40_000) == 0.0
+
+
 # TokenBucket (TokenBucketTest): Q = 5/s, N = 10, W = 2 s -> B = 100.
 
 def _bucket() -> TokenBucket:

@@ -237,11 +237,18 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if out:
             assert self.upstream is not None and self.upstream.transport is not None
             self.upstream.transport.writelines(out)
-        if len(self._awaiting) >= self.proxy.settings.max_inflight_requests:
+        if len(self._awaiting) >= self._read_ahead():
             # A broker handles one request per connection at a time anyway; reading further
             # ahead would only let a throttled client run past its mute (and hold memory).
             assert self.gate is not None
             self.gate.pause("inflight")
+
+    def _read_ahead(self) -> int:
+        """How many forwarded requests may wait for their answers before reading stops: one
+        for a client over its Produce quota, or over it by its bytes so far, as on a broker
+        (`ConnectionInfo.read_alone`, quota_charge.py); else `max_inflight_requests`. Frames
+        already read in one go are handled whatever this says."""
+        return 1 if self.info.read_alone else self.proxy.settings.max_inflight_requests
 
     def _release(self) -> None:
         """Handle the held frames, once nothing holds them any more."""
@@ -405,7 +412,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             raise ProtocolError(f"unsolicited response (correlation id {response_correlation_id(head)})")
         pending = awaiting.popleft()
         pending.ctx.answered_at = perf_counter()
-        if len(self._awaiting) < self.proxy.settings.max_inflight_requests and self.gate is not None:
+        if len(self._awaiting) < self._read_ahead() and self.gate is not None:
             self.gate.resume("inflight")
         return pending
 
