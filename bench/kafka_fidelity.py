@@ -331,6 +331,7 @@ class EndOffsets:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, record: int, start: float) -> None:
         self.timeline = Timeline()
+        self.last: list[int] = []  # each partition's end offset at the last reading
         self._stop = threading.Event()
         self._args = (bootstrap, topic, partitions, record, start)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -356,12 +357,13 @@ class EndOffsets:
                     self._stop.wait(wait)
                 elapsed = time.monotonic() - start
                 try:
-                    ends = sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=2,
-                                                       cached=False)[1] for p in range(partitions))
+                    each = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=2,
+                                                    cached=False)[1] for p in range(partitions)]
                 except Exception:  # a slow answer: the next reading counts it
                     self.timeline.errors += 1
                 else:
-                    marks.append((elapsed, ends * record))
+                    marks.append((elapsed, sum(each) * record))
+                    self.last = each
                 at = max(at + 0.25, elapsed - elapsed % 0.25)
         finally:
             c.close()
@@ -427,43 +429,57 @@ THROTTLE_METRICS = ("produce-throttle-time-avg", "produce-throttle-time-max",
                     "fetch-throttle-time-avg", "fetch-throttle-time-max")
 
 
-def throttle_cb(told: list[int]) -> Callable[[Any], None]:
+def throttle_cb(told: list[int], by_broker: dict[int, list[int]] | None = None) -> Callable[[Any], None]:
     """A librdkafka `throttle_cb` that appends to `told` each throttle (ms) a broker or the proxy
-    told the client; not the 0 ms librdkafka also reports when the throttling stops."""
+    told the client, and to `by_broker[broker id]` where given; not the 0 ms librdkafka also
+    reports when the throttling stops."""
     def throttled(event: Any) -> None:
         ms = round(event.throttle_time * 1000)
         if ms > 0:
             told.append(ms)
+            if by_broker is not None:
+                by_broker.setdefault(event.broker_id, []).append(ms)
     return throttled
 
 
 def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome,
-                    client_id: str = CLIENT_ID, config: Mapping[str, object] | None = None) -> None:
+                    client_id: str = CLIENT_ID, config: Mapping[str, object] | None = None,
+                    per_broker: bool = False) -> None:
     """devkit.producing's librdkafka producer flat out for `seconds` from `start`, with `config`
     added to its settings, each throttle it was told into `out`, and from its last statistics the
     Produce requests it sent and their mean batch size: more requests, each smaller, are told more
-    throttles, each shorter, for the same bytes."""
+    throttles, each shorter, for the same bytes. `per_broker`: also each broker's throttles (count
+    and mean) and Produce requests."""
     told: list[int] = []
+    by_broker: dict[int, list[int]] | None = {} if per_broker else None
     timeline = Timeline()
     stats: list[str] = []
     produce(bootstrap, topic, client_id, start, seconds, timeline,
-            config={**(config or {}), "throttle_cb": throttle_cb(told),
+            config={**(config or {}), "throttle_cb": throttle_cb(told, by_broker),
                     "statistics.interval.ms": 1000, "stats_cb": stats.append})
     out.throttles = told
-    out.metrics.update(produce_statistics(stats))
+    out.metrics.update(produce_statistics(stats, per_broker))
+    for broker, ms in sorted((by_broker or {}).items()):
+        out.metrics[f"throttled-{broker}"] = len(ms)
+        out.metrics[f"throttle-mean-ms-{broker}"] = statistics.fmean(ms)
     if timeline.errors:
         out.errors.append(f"{timeline.errors} records not delivered")
 
 
-def produce_statistics(texts: Sequence[str]) -> dict[str, float]:
+def produce_statistics(texts: Sequence[str], per_broker: bool = False) -> dict[str, float]:
     """From librdkafka's statistics (JSON, one each interval): the Produce requests sent to all
     brokers (a counter: the last one's), and the mean size of the batches in them (bytes; each
-    interval's `batchsize` window covers that interval only, so summed over all of them)."""
+    interval's `batchsize` window covers that interval only, so summed over all of them).
+    `per_broker`: also each broker's Produce requests, by node id."""
     if not texts:
         return {}
     last = json.loads(texts[-1])
-    found: dict[str, float] = {"produce-requests": sum(
-        b.get("req", {}).get("Produce", 0) for b in last.get("brokers", {}).values())}
+    brokers = last.get("brokers", {}).values()
+    found: dict[str, float] = {"produce-requests": sum(b.get("req", {}).get("Produce", 0) for b in brokers)}
+    if per_broker:
+        for b in brokers:
+            if b.get("nodeid", -1) >= 0:  # not the bootstrap entries
+                found[f"produce-requests-{b['nodeid']}"] = b.get("req", {}).get("Produce", 0)
     total = count = 0
     for text in texts:
         for topic in json.loads(text).get("topics", {}).values():
@@ -634,8 +650,11 @@ def measure_brokers(path: str, cluster: KafkaCluster, bootstrap: str, topic: str
     out = Outcome("three-brokers", path, quota=QUOTA * (1 if path == ONE_BUDGET else brokers))
     start = time.monotonic() + 0.5
     with EndOffsets(cluster.bootstrap, topic, brokers, RECORD, start) as meter:
-        rdkafka_produce(bootstrap, topic, seconds, start, out)
+        rdkafka_produce(bootstrap, topic, seconds, start, out, per_broker=True)
         time.sleep(0.5)  # the last acknowledged bytes' offsets
+    # Partition i is led by the i-th node (`led_by_each`): what each broker appended.
+    for node, appended in zip(cluster.nodes, meter.last, strict=False):
+        out.metrics[f"appended-mb-{node.node_id}"] = appended * RECORD / 1e6
     return judge_end_offsets(meter, out, warm_up)
 
 

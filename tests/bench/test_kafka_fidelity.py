@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -29,6 +30,7 @@ from bench.kafka_fidelity import (
     medians,
     produce_statistics,
     share_progress,
+    throttle_cb,
     throttles,
 )
 from bench.many_connections import QUOTA
@@ -282,12 +284,26 @@ def test_what_share_consume_loop_was_given_over_time() -> None:
 
 def test_produce_requests_and_mean_batch_from_every_interval_of_librdkafka_statistics() -> None:
     def stats(produce: list[int], sum_: int, cnt: int) -> str:
-        brokers = {f"b{i}": {"req": {"Produce": n, "Metadata": 3}} for i, n in enumerate(produce)}
+        brokers = {f"b{i}": {"nodeid": i + 1, "req": {"Produce": n, "Metadata": 3}}
+                   for i, n in enumerate(produce)}
+        brokers["bootstrap"] = {"nodeid": -1, "req": {"Produce": 0, "Metadata": 1}}
         return json.dumps({"brokers": brokers, "topics": {"t": {"batchsize": {"sum": sum_, "cnt": cnt}}}})
     # the request counters are cumulative, each interval's batch window its own
     texts = [stats([10, 5], 300_000, 3), stats([30, 20], 100_000, 2)]
     assert produce_statistics(texts) == {"produce-requests": 50, "batch-avg-bytes": 80_000}
+    assert produce_statistics(texts, per_broker=True) == {
+        "produce-requests": 50, "batch-avg-bytes": 80_000, "produce-requests-1": 30, "produce-requests-2": 20}
     assert produce_statistics([]) == {}
+
+
+def test_throttles_told_are_kept_by_broker_where_asked() -> None:
+    told: list[int] = []
+    by_broker: dict[int, list[int]] = {}
+    callback = throttle_cb(told, by_broker)
+    for broker_id, seconds in ((1, 0.25), (2, 0.0), (2, 0.4), (1, 0.1)):
+        callback(SimpleNamespace(broker_id=broker_id, throttle_time=seconds))
+    assert told == [250, 400, 100]  # not the 0 ms that says the throttling stopped
+    assert by_broker == {1: [250, 100], 2: [400]}
 
 
 def test_requests_per_second_are_printed_as_they_are_and_compared_relatively() -> None:
