@@ -280,8 +280,7 @@ class Proxy(Server):
                 request.throttle_ms = throttle
                 if throttle:
                     self.throttles_due[conn] = self.throttles_due.get(conn, 0) + 1
-                self.alone[conn] = not paced and (bool(throttle) or quota.over_so_far("", CLIENT_ID, now,
-                                                                                      handles))
+                self.alone[conn] = not paced and (bool(throttle) or quota.over_so_far(handles, now))
             size = request.size if self.kind == "produce" else 64
             up = clock.now + clock.timing.proxy_ms + clock.transfer(size)
             clock.at(up, functools.partial(self._forwarded, request))

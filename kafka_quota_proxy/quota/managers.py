@@ -215,15 +215,18 @@ class ClientQuotaManager(_ResolvedQuota):
         # Rounded as the throttle told is (java_round): what was told and paid is not owed again.
         return _clamp_throttle(java_round(until - now_ms)) if until > now_ms else 0
 
-    def over_so_far(self, user: str, client_id: str | None, now_ms: float,
-                    handles: dict[object, ChargeHandle] | None = None) -> bool:
-        """Whether this client's bytes came faster than its quota over the time its sensor
-        actually spans (`Rate.rate_so_far`; with the quota shared, this replica's own bytes):
-        a connection then reads one request at a time, as Kafka's broker always does, since
-        each request read ahead is charged before the answers that would throttle it. False
-        where no quota applies."""
-        found = self._measured(user, client_id, now_ms, handles)
-        return found is not None and found[0].rate_so_far(now_ms) > found[1]
+    def over_so_far(self, handles: dict[object, ChargeHandle], now_ms: float) -> bool:
+        """Whether the client whose connection keeps `handles`, just charged by
+        `record_and_get_throttle_ms` with them, sent faster than its quota over the time its
+        sensor actually spans (`Rate.rate_so_far`; with the quota shared, this replica's own
+        bytes): a connection then reads one request at a time, as Kafka's broker always does,
+        since each request read ahead is charged before the answers that would throttle it.
+        False where no quota applies. From the kept handle alone: this runs on every Produce."""
+        handle = handles.get(self)
+        if handle is None or handle.bound is None:
+            return False
+        rate: Rate = handle.sensor.stat  # type: ignore[assignment]  # (no cast() call on this path)
+        return rate.over_so_far(handle.bound, now_ms)
 
     def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float,
                 handles: dict[object, ChargeHandle] | None = None) -> int:

@@ -289,6 +289,14 @@ class Rate:
         span = now_ms - self._oldest_start()
         return self._sum() * 1000.0 / (span if span > self._window else self._window)
 
+    def over_so_far(self, bound: float, now_ms: float) -> bool:
+        """Whether `rate_so_far(now_ms)` is above `bound`; known without measuring while the
+        retained sum is within one sample's worth of it (a purge only lowers the sum, and the
+        span is at least one sample), as it is for a client far below its quota."""
+        if self._exact and self._total * 1000.0 <= bound * self._window:
+            return False
+        return self.rate_so_far(now_ms) > bound
+
     def __repr__(self) -> str:
         return (f"Rate(samples={self.config.samples}, window_ms={self.config.window_ms}, "
                 f"starts={self._starts}, values={self._values})")

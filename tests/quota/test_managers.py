@@ -9,6 +9,7 @@ import pytest
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import (
     UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
+    ChargeHandle,
     ClientQuotaManager,
     ClientRequestQuotaManager,
     ConnectionQuotas,
@@ -75,15 +76,17 @@ def test_quota_violation() -> None:
 
 def test_over_so_far_counts_a_first_burst_that_kafkas_padded_window_lets_through() -> None:
     m = produce(QuotaStore({E(client_id=DEFAULT): {P: 500.0}}))
-    assert not m.over_so_far("ANONYMOUS", "app", 0)  # nothing recorded yet
-    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 400, 0) == 0
-    assert not m.over_so_far("ANONYMOUS", "app", 0)  # 400 B in its first second: within 500 B/s
-    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 400, 10) == 0  # 80 B/s by Kafka's rate
-    assert m.over_so_far("ANONYMOUS", "app", 10)  # but 800 B/s so far
-    assert not m.over_so_far("ANONYMOUS", "app", 1600)  # 800 B over 1.6 s
+    handles: dict[object, ChargeHandle] = {}
+    assert not m.over_so_far(handles, 0)  # nothing charged yet
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 400, 0, handles) == 0
+    assert not m.over_so_far(handles, 0)  # 400 B in its first second: within 500 B/s
+    assert m.record_and_get_throttle_ms("ANONYMOUS", "app", 400, 10, handles) == 0  # 80 B/s, Kafka's
+    assert m.over_so_far(handles, 10)  # but 800 B/s so far
+    assert not m.over_so_far(handles, 1600)  # 800 B over 1.6 s
     unlimited = produce(QuotaStore({E(client_id="other"): {P: 500.0}}))
-    unlimited.record_and_get_throttle_ms("ANONYMOUS", "app", 10**9, 0)
-    assert not unlimited.over_so_far("ANONYMOUS", "app", 0)  # no quota applies to it
+    theirs: dict[object, ChargeHandle] = {}
+    unlimited.record_and_get_throttle_ms("ANONYMOUS", "app", 10**9, 0, theirs)
+    assert not unlimited.over_so_far(theirs, 0)  # no quota applies to it
 
 
 def test_nothing_is_recorded_while_no_quota_of_the_type_was_ever_set() -> None:

@@ -262,6 +262,15 @@ def test_rate_so_far_is_over_the_time_the_samples_span_not_the_padded_window() -
     assert rate.rate_so_far(40_000) == 0.0
 
 
+@pytest.mark.parametrize(("bound", "over"), [(3999.0, True), (4000.0, False), (5000.0, False)])
+def test_over_so_far_is_rate_so_far_above_the_bound(bound: float, over: bool) -> None:
+    rate = Rate(MetricConfig())
+    rate.record(4000, 0)
+    assert rate.over_so_far(bound, 0) is over is (rate.rate_so_far(0) > bound)
+    rate.record(0.5, 0)  # a fractional value: no exact running sum, so no shortcut
+    assert rate.over_so_far(4000.0, 0) is True
+
+
 # TokenBucket (TokenBucketTest): Q = 5/s, N = 10, W = 2 s -> B = 100.
 
 def _bucket() -> TokenBucket:

@@ -163,8 +163,8 @@ class QuotaCharge(RequestStage):
                 throttle(engine, ctx, "produce", throttle_ms, now)
             # Over its quota, or by its bytes so far: read one request at a time, as a broker
             # does (see the module docstring). Paced, the requests wait for their turns instead.
-            conn.read_alone = not switches.paced and (bool(throttle_ms) or q.produce.over_so_far(
-                user, client_id, now, conn.charge_handles))
+            conn.read_alone = not switches.paced and (
+                bool(throttle_ms) or q.produce.over_so_far(conn.charge_handles, now))
         elif key in STRICT_FROM:
             return self._mutation(ctx, q)
         return None
