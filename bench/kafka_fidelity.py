@@ -749,7 +749,8 @@ def write_timeline(directory: Path, out: Outcome) -> None:
     """`out`'s timeline as CSV (seconds, bytes or partitions so far), one file per case, path and
     round: where an outlier's fullest window came from."""
     if out.timeline is not None:
-        lines = [f"{t:.3f},{n}" for t, n in out.timeline.marks]
+        # to the microsecond: whether a fullest window holds a burst can turn on less than a ms
+        lines = [f"{t:.6f},{n}" for t, n in out.timeline.marks]
         Path(directory, f"{out.case}-{out.path}-{out.round + 1}.csv").write_text(
             "seconds,so_far\n" + "\n".join(lines) + "\n")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -32,6 +33,7 @@ from bench.kafka_fidelity import (
     share_progress,
     throttle_cb,
     throttles,
+    write_timeline,
 )
 from bench.many_connections import QUOTA
 from bench.shared_accuracy import SLIDING_S
@@ -319,3 +321,16 @@ def test_requests_per_second_are_printed_as_they_are_and_compared_relatively() -
         ("librdkafka-small-requests: proxy - Kafka",
          "rate -69.9%, fullest window -71.1%, mean throttle +221.7%: outside 3%, 0.05x, 15%"),
     ]
+
+
+def test_timelines_are_written_to_the_microsecond(tmp_path: Path) -> None:
+    # A reading 0.4 ms after the step it belongs to: rounded to the millisecond, a window that
+    # ends on that step would count it, and a run's fullest window moved from 0.995x to 1.276x.
+    timeline = Timeline()
+    timeline.marks = [(0.0004, 0), (23.7504, 22_950_000), (24.0004, 30_460_000)]
+    out = Outcome("java-producer-16k", "proxy", round=0, timeline=timeline)
+    write_timeline(tmp_path, out)
+    text = (tmp_path / "java-producer-16k-proxy-1.csv").read_text()
+    assert text == "seconds,so_far\n0.000400,0\n23.750400,22950000\n24.000400,30460000\n"
+    read = [(float(t), int(n)) for t, n in (line.split(",") for line in text.splitlines()[1:])]
+    assert read == timeline.marks
