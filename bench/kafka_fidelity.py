@@ -473,13 +473,11 @@ def produce_statistics(texts: Sequence[str], per_broker: bool = False) -> dict[s
     `per_broker`: also each broker's Produce requests, by node id."""
     if not texts:
         return {}
-    last = json.loads(texts[-1])
-    brokers = last.get("brokers", {}).values()
-    found: dict[str, float] = {"produce-requests": sum(b.get("req", {}).get("Produce", 0) for b in brokers)}
-    if per_broker:
-        for b in brokers:
-            if b.get("nodeid", -1) >= 0:  # not the bootstrap entries
-                found[f"produce-requests-{b['nodeid']}"] = b.get("req", {}).get("Produce", 0)
+    sent = [(b.get("nodeid", -1), b.get("req", {}).get("Produce", 0))
+            for b in json.loads(texts[-1]).get("brokers", {}).values()]
+    found: dict[str, float] = {"produce-requests": sum(n for _, n in sent)}
+    if per_broker:  # not the bootstrap entries, whose node id is -1
+        found.update((f"produce-requests-{node}", n) for node, n in sent if node >= 0)
     total = count = 0
     for text in texts:
         for topic in json.loads(text).get("topics", {}).values():
@@ -697,6 +695,7 @@ def medians(results: Sequence[Outcome]) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for case, by_path in by_case.items():
         mid: dict[str, tuple[float, float, float | None]] = {}
+        unit = next(iter(by_path.values()))[0].unit  # every run of a case has the same
         for path in (*PATHS, ONE_BUDGET, SHARE_EMPTY):
             runs = by_path.get(path)
             if not runs:
@@ -707,7 +706,6 @@ def medians(results: Sequence[Outcome]) -> list[tuple[str, str]]:
             means = [m for r in runs if (m := r.mean_throttle) is not None]
             throttle = statistics.median(means) if means else None
             mid[path] = (rate, worst, throttle)
-            unit = runs[0].unit
             figures = (f"{rate:.1f} {unit}, fullest window {worst:.1f}" if unit
                        else f"{rate:.3f}, worst {worst:.3f}x")
             rows.append((f"{case}, {path}: median of {len(runs)}",

@@ -171,7 +171,7 @@ def test_a_client_over_its_quota_by_its_bytes_so_far_is_read_one_request_at_a_ti
     read only once the broker has answered this one, as a broker reads one request per connection
     at a time. 400 B so far is within the quota: the next one is read ahead of the answer."""
     script = Script()
-    script.produce_delay = 0.2
+    script.produce_delay = 1.0  # far longer than the look below, even on a loaded machine
 
     async def scenario() -> None:
         async with running(script, quotas=PRODUCE_QUOTA) as h:
@@ -184,7 +184,7 @@ def test_a_client_over_its_quota_by_its_bytes_so_far_is_read_one_request_at_a_ti
             assert conn.info.read_alone is alone
             await c.send(second)  # a write of its own: not read in one go with the first
             if alone:
-                await asyncio.sleep(0.1)  # the broker holds the first one's answer for 0.2 s
+                await asyncio.sleep(0.1)  # the broker holds the first one's answer for 1 s
                 assert len(conn._awaiting) == 1 and "inflight" in conn.gate.reasons
             else:
                 await h.wait_for(lambda: len(conn._awaiting) == 2)
