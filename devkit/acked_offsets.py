@@ -27,10 +27,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.tansu import tansu_and_proxy
+from devkit.tansu import FIRST_OFFSET, tansu_and_proxy
 
 PARTITIONS = 3
 VALUE = b"x" * 1000  # the demo's 1 KiB records
@@ -119,14 +119,15 @@ class _Producer(threading.Thread):
 
 
 def read_all(address: str, topic: str, ends: dict[int, int]) -> tuple[dict[bytes, tuple[int, int]], bool]:
-    """Every record of `topic` by key, read from the beginning of each partition up to `ends`
-    (one past the highest acknowledged offset), and whether it got that far."""
+    """Every record of `topic` by key, read from offset 0 of each partition
+    (devkit.tansu.FIRST_OFFSET) up to `ends` (one past the highest acknowledged offset), and
+    whether it got that far."""
     c: Any = Consumer({"bootstrap.servers": address, "group.id": "acked-offsets-unused",
                        "enable.auto.commit": False})
     found: dict[bytes, tuple[int, int]] = {}
     reached = {p: ends.get(p, 0) <= 0 for p in range(PARTITIONS)}
     try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        c.assign([TopicPartition(topic, p, FIRST_OFFSET) for p in range(PARTITIONS)])
         deadline = time.monotonic() + READ_SECONDS
         while not all(reached.values()) and time.monotonic() < deadline:
             for msg in c.consume(1000, 0.2):

@@ -62,6 +62,15 @@ class Storage:
 
 MEMORY = Storage("memory://tansu/")
 
+# Where a fresh topic's log begins, on Tansu and on Kafka alike. A reader that must see every
+# record assigns this offset, not OFFSET_BEGINNING: that asks the broker (ListOffsets, earliest),
+# and Tansu answers with the batch it stored first by time, not the one with the lowest offset
+# (dynostore's list_offsets compares the batches' last_modified). Two connections' first batches
+# to a partition are stored out of order now and then (each takes its offsets from the high
+# watermark, then stores its batch), and then the answer is past records the log holds: a
+# reader from "the beginning" passes over them. `python -m devkit.tansu_earliest` reproduces it.
+FIRST_OFFSET = 0
+
 
 def _listening(port: int) -> bool:
     try:

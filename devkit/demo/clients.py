@@ -11,6 +11,7 @@ from collections import deque
 from typing import Any
 
 from devkit.demo.counts import THROTTLE_WINDOW_SECONDS, ClientCounts, ProducerView, Throttle
+from devkit.tansu import FIRST_OFFSET
 
 FREE, LIMITED = "demo-free", "demo-limited"  # the producers' client-ids
 STATS_SECONDS = 1.0  # librdkafka's statistics interval
@@ -150,8 +151,9 @@ class SampleProducer(threading.Thread):
 
 
 class SampleConsumer(threading.Thread):
-    """Reads every partition of the topic from the beginning, by manual assignment: no consumer
-    group, so no wait for a group join."""
+    """Reads every partition of the topic from offset 0 (devkit.tansu.FIRST_OFFSET, not the
+    broker's answer for "earliest"), by manual assignment: no consumer group, so no wait for a
+    group join."""
 
     def __init__(self, consumer: Any, topic: str, partitions: int) -> None:
         super().__init__(name="consumer", daemon=True)
@@ -170,10 +172,10 @@ class SampleConsumer(threading.Thread):
         return ClientCounts(len(self.seen), self.bytes, self.errors)
 
     def run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        from confluent_kafka import TopicPartition
 
         c = self.consumer
-        c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+        c.assign([TopicPartition(self.topic, p, FIRST_OFFSET) for p in range(self.partitions)])
         while not self.halt.is_set():
             for msg in c.consume(num_messages=1000, timeout=0.1):
                 err = msg.error()
@@ -200,9 +202,10 @@ class ReadBack(set[int]):
 
 
 def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 60.0) -> ReadBack:
-    """Every record key's sequence in the topic, read with a fresh consumer from the beginning to
-    the end it finds (through the proxy, as the demo's clients), for at most `seconds`."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    """Every record key's sequence in the topic, read with a fresh consumer from offset 0
+    (devkit.tansu.FIRST_OFFSET) to the end it finds (through the proxy, as the demo's clients),
+    for at most `seconds`."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "client.id": "kqp-demo-read-back",
                   "group.id": "kqp-demo-unused", "enable.auto.commit": False,
@@ -211,7 +214,7 @@ def read_back(bootstrap: str, topic: str, partitions: int, seconds: float = 60.0
     seen.complete = False
     started = time.monotonic()
     try:
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        c.assign([TopicPartition(topic, p, FIRST_OFFSET) for p in range(partitions)])
         at_end: set[int] = set()
         deadline = time.monotonic() + seconds
         quiet_since = time.monotonic()

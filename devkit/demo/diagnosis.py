@@ -14,6 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from devkit.tansu import FIRST_OFFSET
+
 # What a direct read found at an acknowledged offset.
 ON_BROKER = "on the broker"  # the record, with its key, at the acknowledged offset
 OTHER_RECORD = "another record at that offset"  # the broker gave the offset to another record
@@ -81,10 +83,11 @@ def look_up(broker: str, topic: str, acked: dict[int, tuple[int, int]], missing:
     broker acknowledged for it. Consecutive offsets with the same finding come back as one
     Lookup.
 
-    Each partition with a missing record is read from its beginning to its end: Tansu answers a
-    Fetch past its log's end with nothing, no error, so a read that starts at a lost offset
-    would wait without an answer, and its ListOffsets does not give the end either."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+    Each partition with a missing record is read from offset 0 (devkit.tansu.FIRST_OFFSET, not
+    the broker's answer for "earliest") to its end: Tansu answers a Fetch past its log's end
+    with nothing, no error, so a read that starts at a lost offset would wait without an
+    answer, and its ListOffsets does not give the end either."""
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     c = Consumer({"bootstrap.servers": broker, "client.id": "kqp-demo-direct-read",
                   "group.id": "kqp-demo-unused", "enable.auto.commit": False,
@@ -98,7 +101,7 @@ def look_up(broker: str, topic: str, acked: dict[int, tuple[int, int]], missing:
             offsets: list[int] = []  # every offset read past the first wanted one
             first = min(wanted)
             end: int | None = None  # the log's end, where the read reached it
-            c.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
+            c.assign([TopicPartition(topic, partition, FIRST_OFFSET)])
             while end is None and time.monotonic() < deadline:
                 for msg in c.consume(num_messages=1000, timeout=0.2):
                     err = msg.error()

@@ -278,7 +278,7 @@ class Demo:
         if not acked <= self.consumer.seen:
             # A live reader can pass over a batch: Tansu answers a Fetch without a batch whose
             # offsets it has given out but not yet stored (docs/reliability.md, "Soak"). What
-            # counts is whether the records are in the log: read it back from the beginning.
+            # counts is whether the records are in the log: read it back from offset 0.
             self.phase = "reading the log back"
             show(self.frame())
             assert self.addresses is not None

@@ -22,6 +22,7 @@ import yaml
 
 from devkit.soak.quota_admin import QuotaAdmin
 from devkit.soak.verdict import Jump
+from devkit.tansu import FIRST_OFFSET
 
 SIZE = 512  # bytes a record's value
 FLUSH_SECONDS = 60.0  # how long a producer may take to finish what it has in flight at the end
@@ -199,7 +200,7 @@ class KafkaPythonProducer(Worker):
 
 class Reader(Worker):
     """librdkafka consumer: in `group` (subscribed, offsets committed) or, with group None, by
-    plain fetches of every partition from the beginning. Counts each key seen and the repeats,
+    plain fetches of every partition from offset 0. Counts each key seen and the repeats,
     and notes every jump forward in the offsets it returns (a record passed over)."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, client_id: str,
@@ -221,11 +222,11 @@ class Reader(Worker):
         self.assignments = 0  # the group's: partitions assigned, the first time and after each rebalance
 
     def run(self) -> None:
-        from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+        from confluent_kafka import TopicPartition
 
         c = self.consumer
         if self.group is None:
-            c.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in range(self.partitions)])
+            c.assign([TopicPartition(self.topic, p, FIRST_OFFSET) for p in range(self.partitions)])
         else:
             c.subscribe([self.topic], on_assign=self._assigned)
         while not self.halt.is_set():
@@ -264,13 +265,13 @@ class ReadBack:
 
 def read_back(bootstrap: str, topic: str, partitions: int, watch: set[int] | None = None,
               idle_seconds: float = 3.0) -> ReadBack:
-    """Read every partition from the beginning by plain fetches until nothing more has come for
-    `idle_seconds`; note where each key in `watch` is."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+    """Read every partition from offset 0 (devkit.tansu.FIRST_OFFSET) by plain fetches until
+    nothing more has come for `idle_seconds`; note where each key in `watch` is."""
+    from confluent_kafka import Consumer, TopicPartition
 
     c: Any = Consumer({"bootstrap.servers": bootstrap, "client.id": "soak-read-back",
                        "group.id": "soak-read-back-unused", "enable.auto.commit": False})
-    c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    c.assign([TopicPartition(topic, p, FIRST_OFFSET) for p in range(partitions)])
     out = ReadBack(set(), [], [], [], {})
     watch = watch or set()
     last = time.monotonic()
