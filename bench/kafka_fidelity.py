@@ -55,14 +55,17 @@ Cases (`--cases`), each under a quota of 1,000,000 B/s for client-id `bulk`:
   apart the two are rather than expecting them to agree.
 
 For each case and path:
-- rate: for producers the record bytes the broker appended (its end offsets, read every 0.25 s
+- rate: for producers the record bytes the broker appended (its end offsets, read every 50 ms
   straight from the broker, times the record size); for consumers the records the consumer was
   given (the Java consumer's FETCH requests, which its NetworkClient logs at DEBUG, each from the
   offset after what it had; librdkafka's records read), since through the proxy the broker also
   sends the fetches the proxy then holds back. Over whole 11 s windows from `--warm-up` after the
   first byte (Kafka's first allowance paid back; for consumers, after the group's first records,
   wherever it joined) to the last whole one before the last byte;
-- worst: the most in any sliding 11 s window over the same span;
+- worst: the most in any sliding 11 s window over the same span; for producers the most the
+  end offsets grew between two readings at most 11 s apart (a burst about a window after the
+  last one is then not counted with it from a reading before the window), for consumers the
+  window stepped every 0.25 s;
 - throttled: the responses that told the client to wait and their mean throttle time, as the
   client saw them (the Java client's NetworkClient logs each at TRACE, "Connection to node N is
   throttled for T ms"; librdkafka calls `throttle_cb`), and for the Java tools their own
@@ -113,7 +116,7 @@ from bench.many_connections import (
     fill,
     read,
 )
-from bench.shared_accuracy import SLIDING_S, fullest
+from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings
 from devkit.kafka import (
     QUIET_LOG4J2,
     KafkaBroker,
@@ -135,6 +138,7 @@ ONE_BUDGET = "proxy-cluster"
 # answers a throttled ShareFetch empty as Kafka's broker does, where by default it delivers.
 SHARE_EMPTY = "proxy-empty"
 THROTTLE_BOUND = 0.15  # the proxy's median mean throttle within 15% of Kafka's
+READ_EVERY_S = 0.05  # the broker's end offsets are read this often (EndOffsets)
 OVERRUN = 1.1  # a Java producer is given records for `seconds` at this many times the quota
 
 # The tools' quiet config, and the one NetworkClient line a throttled response writes.
@@ -326,8 +330,8 @@ def client_metrics(text: str) -> dict[str, float]:
 
 class EndOffsets:
     """The topic's end offsets summed over its partitions, read straight from the broker every
-    0.25 s from `start` (time.monotonic) until stopped, times `record` bytes: what the broker
-    appended, whoever enforced the quota. Its own client-id has no quota."""
+    READ_EVERY_S from `start` (time.monotonic) until stopped, times `record` bytes: what the
+    broker appended, whoever enforced the quota. Its own client-id has no quota."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int, record: int, start: float) -> None:
         self.timeline = Timeline()
@@ -364,14 +368,16 @@ class EndOffsets:
                 else:
                     marks.append((elapsed, sum(each) * record))
                     self.last = each
-                at = max(at + 0.25, elapsed - elapsed % 0.25)
+                at = max(at + READ_EVERY_S, elapsed - elapsed % READ_EVERY_S)
         finally:
             c.close()
 
 
-def judge(timeline: Timeline, out: Outcome, warm_up: float) -> Outcome:
+def judge(timeline: Timeline, out: Outcome, warm_up: float, between_readings: bool = False) -> Outcome:
     """The rate over whole SLIDING_S windows from `warm_up` after the first byte to the last whole
-    one before the last byte, and the fullest sliding window of that span."""
+    one before the last byte, and the fullest sliding window of that span: `fullest`'s, stepped
+    every 0.25 s, or with `between_readings` (the broker's end offsets, read every READ_EVERY_S)
+    the most counted between two readings a window apart (`fullest_between_readings`)."""
     out.timeline = timeline
     marks = timeline.marks
     moving = [t for t, n in marks if n > 0]
@@ -389,7 +395,8 @@ def judge(timeline: Timeline, out: Outcome, warm_up: float) -> Outcome:
     end = start + windows * SLIDING_S
     out.span = (start, end)
     out.rate = (timeline.at(end) - timeline.at(start)) / (end - start)
-    out.worst, out.worst_at = fullest(timeline.at, start, end)
+    out.worst, out.worst_at = (fullest_between_readings(marks, start, end) if between_readings
+                               else fullest(timeline.at, start, end))
     return out
 
 
@@ -554,9 +561,9 @@ def judge_end_offsets(meter: EndOffsets, out: Outcome, warm_up: float) -> Outcom
     """`judge` on what `meter` read, saying so where its readings failed or stalled."""
     if meter.timeline.errors:
         out.errors.append(f"{meter.timeline.errors} end-offset readings failed")
-    out = judge(meter.timeline, out, warm_up)
+    out = judge(meter.timeline, out, warm_up, between_readings=True)
     stall, at = longest_gap(meter.timeline)
-    if stall > 1.0:  # read every 0.25 s: a window near it may hold up to that much more or less
+    if stall > 1.0:  # read every READ_EVERY_S: a window near it may hold up to that much less
         out.errors.append(f"the end offsets went unread for {stall:.1f} s from {at:.1f} s")
     return out
 

@@ -36,7 +36,7 @@ from bench.kafka_fidelity import (
     write_timeline,
 )
 from bench.many_connections import QUOTA
-from bench.shared_accuracy import SLIDING_S
+from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings
 from devkit.producing import Timeline
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
@@ -334,3 +334,30 @@ def test_timelines_are_written_to_the_microsecond(tmp_path: Path) -> None:
     assert text == "seconds,so_far\n0.000400,0\n23.750400,22950000\n24.000400,30460000\n"
     read = [(float(t), int(n)) for t, n in (line.split(",") for line in text.splitlines()[1:])]
     assert read == timeline.marks
+
+
+def test_a_burst_before_the_window_is_not_counted_with_the_next_one() -> None:
+    # Bursts of 10 MB landing at 23.9 s and 35.0 s, 11.1 s apart: no 11 s window holds both. End
+    # offsets read every 0.25 s, one reading 0.5 ms early. The window stepped from 24.00075 s
+    # counts from the last reading before it, at 23.751 s, to the one at 35.0005 s: 11.2495 s,
+    # both bursts. Between readings no more than 11 s apart it is one burst.
+    def so_far(t: float) -> int:
+        return 10_000_000 * ((t >= 23.9) + (t >= 35.0) + (t >= 47.0))
+
+    times = [k * 0.25 + 0.001 for k in range(200)]
+    times[140] = 35.0005
+    marks = [(t, so_far(t)) for t in times]
+    timeline = Timeline()
+    timeline.marks = marks
+    assert fullest(timeline.at, 12.00075, 46.00075)[0] == 20_000_000
+    assert fullest_between_readings(marks, 12.00075, 46.00075)[0] == 10_000_000
+    # judge's span starts at the first bytes (24.001 s here) and ends at a whole window
+    out = judge(timeline, Outcome("java-producer-16k", "proxy"), warm_up=0.0, between_readings=True)
+    assert out.span is not None and out.worst == fullest_between_readings(marks, *out.span)[0]
+
+
+def test_the_fullest_between_readings_is_a_steady_flows_window() -> None:
+    # 1 MB/s read every 50 ms: a window's worth between readings 11 s apart, wherever it starts.
+    marks = [(i * 0.05, i * 50_000) for i in range(0, 1201)]
+    worst, at = fullest_between_readings(marks, 5.0, 60.0)
+    assert worst == 11_000_000 and at == pytest.approx(5.0)
