@@ -37,7 +37,7 @@ from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
-from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
+from kafka_quota_proxy.proxy.datapath.read_gate import Pause, ReadGate
 from kafka_quota_proxy.proxy.datapath.responses import (
     BadResponse,
     Pending,
@@ -60,18 +60,19 @@ UNASKED_TRACKED = 4096
 # side before closing anyway (`_linger`). Kafka clients close as soon as they read the end.
 LINGER_SECONDS = 5.0
 FORWARDED = memoryview(b"")  # a forwarded request's frame, let go (`_handle_request`)
-HOLD = "held-response"  # the read gate's reason while a response stage holds a response (`_hold`)
+# What keeps a connection busy though it waits (`waiting`): held by the proxy, not by its client.
+HELD_BY_PROXY = frozenset((Pause.THROTTLE, Pause.AUTHENTICATING, Pause.HELD_RESPONSE))
 
 
 def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> asyncio.TimerHandle:
     return proxy.loop.call_later(proxy.settings.proxy_protocol_timeout_seconds, expired)
 
 
-def _holds(reasons: set[str]) -> bool:
+def _holds(reasons: set[Pause]) -> bool:
     """Whether frames already read must wait: a pause for anything but the in-flight bound
     (a throttle, a paced quota's turn, an authentication still being decided, a client not
     reading its responses, a connection about to close)."""
-    return bool(reasons) and (len(reasons) > 1 or "inflight" not in reasons)
+    return bool(reasons) and (len(reasons) > 1 or Pause.INFLIGHT not in reasons)
 
 
 class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
@@ -139,7 +140,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     def _start(self) -> None:
         """Admission, identity, then the broker connection, once the client address is known."""
         assert self.gate is not None and self.transport is not None
-        self.gate.pause("connecting")
+        self.gate.pause(Pause.CONNECTING)
         try:
             self.info.principal = self.proxy.identify(self.transport, self.info.ip)
         except (NoMatchingRule, ValueError) as exc:
@@ -174,7 +175,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.upstream = upstream
             self.info.upstream = str(target)
             assert self.gate is not None
-            self.gate.resume("connecting")
+            self.gate.resume(Pause.CONNECTING)
             early, self._early = self._early, []
             for data in early:
                 self._receive(data)
@@ -241,7 +242,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             # A broker handles one request per connection at a time anyway; reading further
             # ahead would only let a throttled client run past its mute (and hold memory).
             assert self.gate is not None
-            self.gate.pause("inflight")
+            self.gate.pause(Pause.INFLIGHT)
 
     def _read_ahead(self) -> int:
         """How many forwarded requests may wait for their answers before reading stops: one
@@ -324,7 +325,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 pending.throttle_due = True
                 self._throttles_due += 1
                 assert self.gate is not None
-                self.gate.pause("throttle")
+                self.gate.pause(Pause.THROTTLE)
         else:
             self._unasked.append((next(request_order), header))
             if ctx.throttle_ms:
@@ -349,15 +350,15 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         # reads no request while a response is unsent), or the proxy's own answers, which the
         # in-flight bound does not count, would pile up in the write buffer without bound.
         if self.gate is not None:
-            self.gate.pause("client-busy")
+            self.gate.pause(Pause.CLIENT_BUSY)
         if self.upstream is not None and self.upstream.gate is not None:
-            self.upstream.gate.pause("client-busy")
+            self.upstream.gate.pause(Pause.CLIENT_BUSY)
 
     def resume_writing(self) -> None:
         if self.upstream is not None and self.upstream.gate is not None:
-            self.upstream.gate.resume("client-busy")
+            self.upstream.gate.resume(Pause.CLIENT_BUSY)
         if self.gate is not None:
-            self.gate.resume("client-busy")
+            self.gate.resume(Pause.CLIENT_BUSY)
             self._release()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -413,7 +414,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         pending = awaiting.popleft()
         pending.ctx.answered_at = perf_counter()
         if len(self._awaiting) < self._read_ahead() and self.gate is not None:
-            self.gate.resume("inflight")
+            self.gate.resume(Pause.INFLIGHT)
         return pending
 
     def _unasked_answer(self, seq: int, header: RequestHeader) -> Pending:
@@ -466,11 +467,11 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             response = b"".join(response)
         elif isinstance(response, memoryview):
             response = bytes(response)
-        self.gate.pause(HOLD)
+        self.gate.pause(Pause.HELD_RESPONSE)
 
         def done(hold: asyncio.Future[None]) -> None:
             if self.gate is not None:
-                self.gate.resume(HOLD)
+                self.gate.resume(Pause.HELD_RESPONSE)
             if self._closed:
                 return
             problem = None if hold.cancelled() else hold.exception()
@@ -548,7 +549,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             return
         loop = self.proxy.loop
         until = loop.time() + throttle_ms / 1000
-        self.gate.pause("throttle")
+        self.gate.pause(Pause.THROTTLE)
         if until <= self._muted_until:
             return
         self._muted_until = until
@@ -561,7 +562,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         until then, and handle it again then (it may have to wait again, if another connection
         of its quota entity took the turn)."""
         assert self.gate is not None
-        self.gate.pause("pace")
+        self.gate.pause(Pause.PACE)
         if self._pace_timer is not None:
             self._pace_timer.cancel()
         self._pace_timer = self.proxy.loop.call_later(wait_ms / 1000, self._end_hold)
@@ -569,7 +570,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     def _end_hold(self) -> None:
         self._pace_timer = None
         if self.gate is not None:
-            self.gate.resume("pace")
+            self.gate.resume(Pause.PACE)
             self._release()
 
     def _end_throttle(self) -> None:
@@ -577,7 +578,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if self._throttles_due:
             return  # a response over quota is still to go out; its own mute ends the pause
         if self.gate is not None:
-            self.gate.resume("throttle")
+            self.gate.resume(Pause.THROTTLE)
             self._release()
 
     def bad_response(self, exc: ProtocolError, broker: str) -> None:
@@ -620,7 +621,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if self.upstream is None or self._draining or self._lingering or self._closed or self._held:
             return True
         gate = self.gate
-        if gate is not None and not gate.reasons.isdisjoint(("throttle", "authenticating", HOLD)):
+        if gate is not None and not gate.reasons.isdisjoint(HELD_BY_PROXY):
             return True
         transport = self.transport
         return bool(self._awaiting) and (transport is None or not transport.get_write_buffer_size())
@@ -642,7 +643,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         """Stop reading new requests; close once every in-flight request has its response."""
         self._draining = True
         if self.gate is not None:
-            self.gate.pause("shutdown")
+            self.gate.pause(Pause.SHUTDOWN)
         if not self._inflight:
             self._linger()
 

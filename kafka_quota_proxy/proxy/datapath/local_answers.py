@@ -12,7 +12,7 @@ from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, size_prefixed
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
-from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
+from kafka_quota_proxy.proxy.datapath.read_gate import Pause, ReadGate
 from kafka_quota_proxy.proxy.datapath.responses import Pending
 from kafka_quota_proxy.proxy.stages.base import Reply
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
@@ -44,11 +44,11 @@ class LocalAnswers:
             pending = Pending(ctx)
             self._inflight.append(pending)
             assert self.gate is not None
-            self.gate.pause("authenticating")
+            self.gate.pause(Pause.AUTHENTICATING)
 
             def done(future: asyncio.Future[Reply]) -> None:
                 if self.gate is not None:
-                    self.gate.resume("authenticating")
+                    self.gate.resume(Pause.AUTHENTICATING)
                 if not self._closed:
                     answer = future.result()
                     assert answer.body is not None
@@ -78,7 +78,7 @@ class LocalAnswers:
         if close_after:
             # Nothing after a failed authentication is read (a broker closes the connection).
             assert self.gate is not None
-            self.gate.pause("closing")
+            self.gate.pause(Pause.CLOSING)
             self._draining = True
 
         def ready() -> None:

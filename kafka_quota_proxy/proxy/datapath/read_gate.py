@@ -3,6 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+from enum import StrEnum
+
+
+class Pause(StrEnum):
+    """Every reason a connection's reading is paused, in one place. Set and cleared by:"""
+
+    CONNECTING = "connecting"  # client.py: its broker connection is being made
+    INFLIGHT = "inflight"  # client.py: as many requests at the broker as it may read ahead
+    THROTTLE = "throttle"  # client.py: muted for a throttle (KIP-219), as a broker mutes
+    PACE = "pace"  # client.py: a paced quota's wait for this client's next bytes or turn
+    HELD_RESPONSE = "held-response"  # client.py: a response stage holds a response (`_hold`)
+    CLIENT_BUSY = "client-busy"  # client.py: the client is not reading its responses
+    SHUTDOWN = "shutdown"  # client.py: the proxy is draining its connections
+    AUTHENTICATING = "authenticating"  # local_answers.py: a SASL exchange is being decided
+    CLOSING = "closing"  # local_answers.py: the connection is closing after its last answer
+    SPLICE = "splice"  # streaming.py: a response is being spliced to the client (broker side)
+    UPSTREAM_BUSY = "upstream-busy"  # upstream.py: the broker is not reading the requests
 
 
 class ReadGate:
@@ -12,14 +29,14 @@ class ReadGate:
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self.transport = transport
-        self.reasons: set[str] = set()
+        self.reasons: set[Pause] = set()
 
-    def pause(self, reason: str) -> None:
+    def pause(self, reason: Pause) -> None:
         if not self.reasons and not self.transport.is_closing():
             self.transport.pause_reading()
         self.reasons.add(reason)
 
-    def resume(self, reason: str) -> None:
+    def resume(self, reason: Pause) -> None:
         if reason in self.reasons:
             self.reasons.discard(reason)
             if not self.reasons and not self.transport.is_closing():

@@ -15,6 +15,7 @@ from kafka_quota_proxy.protocol.headers import response_body_offset, response_pr
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
+from kafka_quota_proxy.proxy.datapath.read_gate import Pause
 from kafka_quota_proxy.proxy.datapath.responses import (
     ASSEMBLE,
     DISCARD,
@@ -155,7 +156,7 @@ class StreamingResponses:
             log.debug("no splice for %s: %s", self.info.describe(), exc)
             return
         upstream.decoder.take_rest()
-        upstream.gate.pause("splice")
+        upstream.gate.pause(Pause.SPLICE)
         self._splice = splice
         splice.start()  # may finish at once, when every byte is already there
 
@@ -177,7 +178,7 @@ class StreamingResponses:
         self.proxy.metrics.spliced_bytes.inc(splice.moved)
         self._streamed(pending)
         if upstream is not None and upstream.gate is not None:
-            upstream.gate.resume("splice")
+            upstream.gate.resume(Pause.SPLICE)
 
     def _stop_splice(self) -> None:
         if self._splice is not None:

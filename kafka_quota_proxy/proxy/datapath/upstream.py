@@ -11,7 +11,7 @@ from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece, StreamingFrameDecoder
 from kafka_quota_proxy.proxy.context import ConnectionInfo
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
-from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
+from kafka_quota_proxy.proxy.datapath.read_gate import Pause, ReadGate
 from kafka_quota_proxy.proxy.datapath.splice import plain_socket_fd
 from kafka_quota_proxy.proxy.upstream_auth import open_upstream
 
@@ -199,11 +199,11 @@ class UpstreamConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         if self.client.gate is not None:
-            self.client.gate.pause("upstream-busy")
+            self.client.gate.pause(Pause.UPSTREAM_BUSY)
 
     def resume_writing(self) -> None:
         if self.client.gate is not None:
-            self.client.gate.resume("upstream-busy")
+            self.client.gate.resume(Pause.UPSTREAM_BUSY)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._settling is not None:
