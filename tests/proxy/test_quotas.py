@@ -104,7 +104,7 @@ def test_produce_throttle_is_the_larger_of_brokers_and_proxys(broker_ms: int, cl
             assert metric(h, "kafka_quota_proxy_throttle_time_ms_total", quota_type="produce",
                           user="ANONYMOUS", client_id="c") == 80
             (conn,) = h.proxy.connections
-            assert conn._muted_until > 0
+            assert conn._mute.until > 0
             c.close()
     run(scenario())
 

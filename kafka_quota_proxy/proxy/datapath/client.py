@@ -37,6 +37,7 @@ from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
+from kafka_quota_proxy.proxy.datapath.mute import Mute
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause, ReadGate
 from kafka_quota_proxy.proxy.datapath.responses import (
     BadResponse,
@@ -100,12 +101,11 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         # Frames read but not yet handled: a pause that holds (`_holds`) began while they were
         # in the same read. Handled, in order, once it ends.
         self._held: deque[memoryview] = deque()
-        self._throttles_due = 0  # forwarded requests over quota whose responses are still out
+        self._mute = Mute()  # when a throttle lets this connection read again (KIP-219)
         self._streaming: Pending | None = None  # the request whose large response is arriving
         self._splice: Splice | None = None  # moving the rest of that response (splice.py)
         self._fd: int | None = None  # the socket's descriptor when splices may write to it
         self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
-        self._muted_until = 0.0  # loop time until which a quota throttle holds reading
         self._unmute: asyncio.TimerHandle | None = None
         self._pace_timer: asyncio.TimerHandle | None = None  # ends a paced quota's wait (`_wait_for_turn`)
         self._connect_task: asyncio.Task[None] | None = None
@@ -323,7 +323,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 # Over quota on arrival (Produce): read nothing more; the throttle itself
                 # starts when the response goes out, as on a broker.
                 pending.throttle_due = True
-                self._throttles_due += 1
+                self._mute.charged_over()
                 assert self.gate is not None
                 self.gate.pause(Pause.THROTTLE)
         else:
@@ -538,7 +538,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if usage is not None and not pending.unasked:
             usage.response(pending.ctx, size)
         if pending.throttle_due:
-            self._throttles_due -= 1
+            self._mute.answered()
         if pending.ctx.throttle_ms:
             self.mute(pending.ctx.throttle_ms)
 
@@ -548,11 +548,10 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if self.gate is None or self._closed or self._lingering:
             return
         loop = self.proxy.loop
-        until = loop.time() + throttle_ms / 1000
         self.gate.pause(Pause.THROTTLE)
-        if until <= self._muted_until:
+        until = self._mute.start(loop.time(), throttle_ms)
+        if until is None:
             return
-        self._muted_until = until
         if self._unmute is not None:
             self._unmute.cancel()
         self._unmute = loop.call_at(until, self._end_throttle)
@@ -575,7 +574,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
 
     def _end_throttle(self) -> None:
         self._unmute = None
-        if self._throttles_due:
+        if not self._mute.may_end():
             return  # a response over quota is still to go out; its own mute ends the pause
         if self.gate is not None:
             self.gate.resume(Pause.THROTTLE)
