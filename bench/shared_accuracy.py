@@ -197,13 +197,14 @@ def traffic(proxies: Sequence[Scraped], kind: str) -> dict[str, float]:
 
 
 def fleet_config(valkey_url: str, prefix: str, kind: str, quota: Mapping[str, object] | None = None,
-                 workers: int = 1) -> dict[str, object]:
+                 workers: int = 1, store: Mapping[str, object] | None = None) -> dict[str, object]:
     """Each replica's settings: the one client-id's quota of `kind`, enforced fleet-wide through
-    the store; `quota` adds settings under `quota:` (an enforcement mode, say)."""
+    the store; `quota` adds settings under `quota:` (an enforcement mode, say), `store` under
+    `store:` (its `sync_interval_ms`, say)."""
     key = "producer_byte_rate" if kind == "produce" else "consumer_byte_rate"
     config: dict[str, object] = {"quota": {"scope": "cluster", **(quota or {})},
                                  "quotas": [{"client-id": CLIENT_ID, key: QUOTA}],
-                                 "store": {"url": valkey_url, "key_prefix": prefix}}
+                                 "store": {"url": valkey_url, "key_prefix": prefix, **(store or {})}}
     if workers > 1:
         config["workers"] = workers
     return config
@@ -217,12 +218,13 @@ def replica_of(client: int, replicas: int) -> int:
 def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int, shape: str,
               seconds: float, warm_up: float, kind: str = "produce", batch_kib: int = 1024,
               clients: int | None = None, quota: Mapping[str, object] | None = None,
-              workers: int = 1, produce_batch_kib: int = 128) -> Result:
+              workers: int = 1, produce_batch_kib: int = 128,
+              store: Mapping[str, object] | None = None) -> Result:
     """One run: `clients` clients (one a replica by default) of the one client-id through
     `replicas` replicas of `workers` workers each."""
     clients = replicas if clients is None else clients
     prefix = f"acc{replicas}x{workers}c{clients}{shape}{kind}{int(time.time())}"
-    config = fleet_config(valkey.url, prefix, kind, quota, workers)
+    config = fleet_config(valkey.url, prefix, kind, quota, workers, store)
     with ExitStack() as stack:
         topic = f"acc-{prefix}"
         proxies = start_replicas(stack, broker.address, node_id, replicas, config, topic)
@@ -271,7 +273,8 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
 def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
         warm_up: float = 15.0, kinds: Sequence[str] = KINDS, batch_kib: int = 1024,
         clients: int | None = None, quota: Mapping[str, object] | None = None,
-        workers: int = 1, produce_batch_kib: int = 128) -> list[tuple[str, str]]:
+        workers: int = 1, produce_batch_kib: int = 128,
+        store: Mapping[str, object] | None = None) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     with ExitStack() as stack:
         broker = Broker().start()
@@ -283,7 +286,7 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
             for replicas in fleets:
                 for shape in shapes:
                     r = run_shape(broker, node_id, valkey, replicas, shape, seconds, warm_up, kind,
-                                  batch_kib, clients, quota, workers, produce_batch_kib)
+                                  batch_kib, clients, quota, workers, produce_batch_kib, store)
                     name = run_name(kind, replicas, workers, r.clients, shape)
                     rows.append((f"{name}: aggregate over {seconds:.0f} s",
                                  f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
@@ -308,14 +311,14 @@ def run_name(kind: str, replicas: int, workers: int, clients: int, shape: str) -
     return f"{kind}, {fleet}, {shape}"
 
 
-def settings(items: Sequence[str], flag: str = "--set") -> dict[str, object]:
-    """`KEY=VALUE` items (of the option `flag`) as settings under `quota:`; a clear error for one
-    without `=`."""
+def settings(items: Sequence[str], flag: str = "--set", under: str = "quota:") -> dict[str, object]:
+    """`KEY=VALUE` items (of the option `flag`) as settings `under` a section; a clear error for
+    one without `=`."""
     out: dict[str, object] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"{flag} {item!r}: expected KEY=VALUE (a setting under quota:)")
+            raise SystemExit(f"{flag} {item!r}: expected KEY=VALUE (a setting under {under})")
         out[key] = yaml.safe_load(value)  # as the config file would read it: 100 is a number
     return out
 
@@ -337,13 +340,15 @@ def main() -> None:
                          "(default: one a replica)")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", dest="quota",
                     help="settings under each replica's `quota:` (byte_rate_enforcement=paced, say)")
+    ap.add_argument("--store-set", nargs="*", default=[], metavar="KEY=VALUE", dest="store",
+                    help="settings under each replica's `store:` (sync_interval_ms=20, say)")
     ap.add_argument("--workers", type=int, default=1, help="workers of each replica (default 1)")
     args = ap.parse_args()
     if args.clients is not None and args.clients < 1 or args.workers < 1:
         ap.error("--clients and --workers take a number of at least 1")
     for name, value in run(args.replicas, args.shapes, args.seconds, args.warm_up, args.kinds,
                            args.batch_kib, args.clients, settings(args.quota), args.workers,
-                           args.produce_batch_kib):
+                           args.produce_batch_kib, settings(args.store, "--store-set", "store:")):
         print(f"{name:55s} {value}")
 
 

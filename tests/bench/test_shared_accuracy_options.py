@@ -22,6 +22,11 @@ def test_settings_go_under_quota_and_workers_beside_it() -> None:
     assert config["workers"] == 2
 
 
+def test_store_settings_go_under_store_beside_its_url() -> None:
+    config = fleet_config("redis://h:1", "p3", "produce", store={"sync_interval_ms": 20})
+    assert config["store"] == {"url": "redis://h:1", "key_prefix": "p3", "sync_interval_ms": 20}
+
+
 def test_clients_spread_over_the_replicas_in_turn() -> None:
     assert [replica_of(i, 3) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
     assert [replica_of(i, 1) for i in range(3)] == [0, 0, 0]
