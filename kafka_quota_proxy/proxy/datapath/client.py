@@ -320,16 +320,11 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._inflight.append(pending)
             self._awaiting.append(pending)
             if ctx.throttle_ms:
-                # Over quota on arrival (Produce): read nothing more; the throttle itself
-                # starts when the response goes out, as on a broker.
-                pending.throttle_due = True
-                self._mute.charged_over()
-                assert self.gate is not None
-                self.gate.pause(Pause.THROTTLE)
+                self.throttle(ctx, pending)
         else:
             self._unasked.append((next(request_order), header))
             if ctx.throttle_ms:
-                self.mute(ctx.throttle_ms)  # acks=0 Produce over quota: no response to wait for
+                self.throttle(ctx, None)
         ctx.sent_at = perf_counter()
         if ctx.patches is None and ctx.replaced is None:
             out.append(frame)
@@ -541,6 +536,19 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._mute.answered()
         if pending.ctx.throttle_ms:
             self.mute(pending.ctx.throttle_ms)
+
+    def throttle(self, ctx: RequestContext, pending: Pending | None) -> None:
+        """Apply a request's throttle (`ctx.throttle_ms`) to the connection: where a request
+        charged over its quota is forwarded with a response to come (`pending`), nothing more is
+        read, and the throttle runs from when that response goes out (`_written`), as on a
+        broker; with no response (acks=0, or refused without an answer), it runs from now."""
+        if pending is None:
+            self.mute(ctx.throttle_ms)
+            return
+        pending.throttle_due = True
+        self._mute.charged_over()
+        assert self.gate is not None
+        self.gate.pause(Pause.THROTTLE)
 
     def mute(self, throttle_ms: int) -> None:
         """Stop reading this client's requests for the throttle time (KIP-219), for old and new

@@ -35,7 +35,7 @@ class LocalAnswers:
     def _release(self) -> None:
         raise NotImplementedError
 
-    def mute(self, throttle_ms: int) -> None:
+    def throttle(self, ctx: RequestContext, pending: Pending | None) -> None:
         raise NotImplementedError
 
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
@@ -59,7 +59,7 @@ class LocalAnswers:
             return
         if reply.body is None:
             if ctx.throttle_ms:
-                self.mute(ctx.throttle_ms)  # refused with no response to send (acks=0)
+                self.throttle(ctx, None)  # refused with no response to send (acks=0)
             return
         self._reply(ctx, self._frame_reply(ctx, reply.body), reply.delay_ms, reply.close_after)
 
