@@ -30,11 +30,12 @@ from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
 from kafka_quota_proxy.protocol.api_keys import PRODUCE
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameDecoder
-from kafka_quota_proxy.protocol.headers import RequestHeader, parse_request_header, response_correlation_id
+from kafka_quota_proxy.protocol.headers import RequestHeader, parse_request_header
 from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeader, ProxyHeaderParser, ProxyHeaderTimeout
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.datapath.answers import Unasked, match_response
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
 from kafka_quota_proxy.proxy.datapath.mute import Mute
@@ -92,7 +93,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._inflight: deque[Pending] = deque()  # every request that will get a response
         self._awaiting: deque[Pending] = deque()  # the subset forwarded to the broker
         # Forwarded acks=0 Produce requests, by request order, that the broker may yet answer.
-        self._unasked: deque[tuple[int, RequestHeader]] = deque(maxlen=UNASKED_TRACKED)
+        self._unasked: deque[Unasked] = deque(maxlen=UNASKED_TRACKED)
         self._draining = False
         self._lingering = False  # drained: half-closed, dropping input until the client closes
         self._linger_timer: asyncio.TimerHandle | None = None
@@ -395,18 +396,10 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         """The request the broker's response starting with `head` answers. Responses come in
         request order: the oldest forwarded request still waiting, unless an acks=0 Produce
         forwarded before it has this correlation id (a broker that answers those)."""
-        awaiting = self._awaiting
-        unasked = self._unasked
-        if unasked and (not awaiting or unasked[0][0] < awaiting[0].seq):
-            correlation_id = response_correlation_id(head)
-            while unasked and (not awaiting or unasked[0][0] < awaiting[0].seq):
-                seq, header = unasked.popleft()
-                if header.correlation_id == correlation_id:
-                    return self._unasked_answer(seq, header)
-                # Otherwise the broker let that one go unanswered, as Kafka does: forgotten.
-        if not awaiting:
-            raise ProtocolError(f"unsolicited response (correlation id {response_correlation_id(head)})")
-        pending = awaiting.popleft()
+        found = match_response(self._awaiting, self._unasked, head)
+        if not isinstance(found, Pending):
+            return self._unasked_answer(*found)
+        pending = found
         pending.ctx.answered_at = perf_counter()
         if len(self._awaiting) < self._read_ahead() and self.gate is not None:
             self.gate.resume(Pause.INFLIGHT)
