@@ -60,13 +60,14 @@ def _write_at_once(bootstrap: str, topic: str, partitions: int, producers: int) 
     for p in clients:
         p.list_topics(topic, timeout=10)
     go = threading.Event()
+    undelivered: list[int] = []  # producers whose records were not all delivered within 30 s
 
     def write(p: Any, index: int) -> None:
         go.wait()
         for partition in range(partitions):
             p.produce(topic, key=bytes([index]), value=b"x" * 100, partition=partition)
         if p.flush(30):
-            raise RuntimeError(f"producer {index} could not deliver within 30 s")
+            undelivered.append(index)
 
     threads = [threading.Thread(target=write, args=(p, i)) for i, p in enumerate(clients)]
     for t in threads:
@@ -74,6 +75,8 @@ def _write_at_once(bootstrap: str, topic: str, partitions: int, producers: int) 
     go.set()
     for t in threads:
         t.join()
+    if undelivered:  # raised here, not in the thread, where it would only be printed
+        raise RuntimeError(f"producers {sorted(undelivered)} could not deliver to {topic} within 30 s")
 
 
 def _check(bootstrap: str, topic: str, partitions: int, round_: int) -> list[Finding]:
