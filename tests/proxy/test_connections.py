@@ -482,8 +482,8 @@ def test_requests_waiting_for_their_responses_do_not_keep_their_frames() -> None
             await h.wait_for(lambda: len(broker_conn.frames) == 5, timeout=10)
             assert broker_conn.frames == frames
             (conn,) = h.proxy.connections
-            assert len(conn._awaiting) == 5
-            assert [len(p.ctx.frame) for p in conn._awaiting] == [0] * 5
+            assert len(conn._order.awaiting) == 5
+            assert [len(p.ctx.frame) for p in conn._order.awaiting] == [0] * 5
             broker_conn.close()  # else shutdown waits for the five answers
             await h.wait_for(lambda: not h.proxy.connections)
     run(scenario())

@@ -7,11 +7,11 @@ received bytes (memoryview slices, no copy for whole frames), and flow control i
 when one side's transport cannot keep up, reading from the other side stops.
 
 Kafka clients require responses in request order, and the proxy may answer some requests itself,
-so requests wait in one ordered queue (`_inflight`) and a response is written only once every
-earlier response has been.
+so requests wait in one ordered queue (`ResponseQueue`, answers.py) and a response is written
+only once every earlier response has been.
 
 A Produce with acks=0 expects no response, and Kafka sends none; some Kafka-compatible brokers
-(Tansu) answer it all the same. Such a request is remembered (`_unasked`) rather than queued: an
+(Tansu) answer it all the same. Such a request is remembered apart rather than queued: an
 answer that comes for it is passed on in its place, and one that never comes holds nothing up.
 """
 
@@ -35,7 +35,7 @@ from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeader, ProxyHeaderParser, ProxyHeaderTimeout
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.datapath.answers import Unasked, match_response
+from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
 from kafka_quota_proxy.proxy.datapath.mute import Mute
@@ -45,7 +45,6 @@ from kafka_quota_proxy.proxy.datapath.responses import (
     Pending,
     check_correlation,
     describe_request,
-    request_order,
 )
 from kafka_quota_proxy.proxy.datapath.splice import Splice, plain_socket_fd
 from kafka_quota_proxy.proxy.datapath.streaming import StreamingResponses
@@ -54,7 +53,7 @@ from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 
 log = logging.getLogger("kafka_quota_proxy.connection")
 
-# acks=0 Produce requests remembered per connection in case the broker answers them (`_unasked`):
+# acks=0 Produce requests remembered per connection in case the broker answers them (`ResponseQueue`):
 # the newest this many. A broker that answers does so in turn, long before this many more are
 # sent; against one that never answers (Kafka), this bounds what a pure acks=0 stream keeps.
 UNASKED_TRACKED = 4096
@@ -90,10 +89,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self.upstream: UpstreamConnection | None = None
         self.gate: ReadGate | None = None
         self.info = ConnectionInfo("?", listener)
-        self._inflight: deque[Pending] = deque()  # every request that will get a response
-        self._awaiting: deque[Pending] = deque()  # the subset forwarded to the broker
-        # Forwarded acks=0 Produce requests, by request order, that the broker may yet answer.
-        self._unasked: deque[Unasked] = deque(maxlen=UNASKED_TRACKED)
+        self._order = ResponseQueue(UNASKED_TRACKED)  # requests whose responses are to go out
         self._draining = False
         self._lingering = False  # drained: half-closed, dropping input until the client closes
         self._linger_timer: asyncio.TimerHandle | None = None
@@ -239,7 +235,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if out:
             assert self.upstream is not None and self.upstream.transport is not None
             self.upstream.transport.writelines(out)
-        if len(self._awaiting) >= self._read_ahead():
+        if len(self._order.awaiting) >= self._read_ahead():
             # A broker handles one request per connection at a time anyway; reading further
             # ahead would only let a throttled client run past its mute (and hold memory).
             assert self.gate is not None
@@ -317,13 +313,11 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self._answer_locally(ctx, reply)
             return 0
         if ctx.expects_response:
-            pending = Pending(ctx)
-            self._inflight.append(pending)
-            self._awaiting.append(pending)
+            pending = self._order.forwarded(ctx)
             if ctx.throttle_ms:
                 self.throttle(ctx, pending)
         else:
-            self._unasked.append((next(request_order), header))
+            self._order.forwarded_unasked(header)
             if ctx.throttle_ms:
                 self.throttle(ctx, None)
         ctx.sent_at = perf_counter()
@@ -386,7 +380,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
 
     def owed_by_broker(self) -> tuple[int, int]:
         """Forwarded requests still to be answered, and acks=0 Produce requests that may be."""
-        return len(self._awaiting), len(self._unasked)
+        return len(self._order.awaiting), len(self._order.unasked)
 
     def on_response(self, frame: memoryview) -> None:
         """Called by the upstream connection for each complete response frame."""
@@ -396,12 +390,12 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         """The request the broker's response starting with `head` answers. Responses come in
         request order: the oldest forwarded request still waiting, unless an acks=0 Produce
         forwarded before it has this correlation id (a broker that answers those)."""
-        found = match_response(self._awaiting, self._unasked, head)
+        found = self._order.answered(head)
         if not isinstance(found, Pending):
             return self._unasked_answer(*found)
         pending = found
         pending.ctx.answered_at = perf_counter()
-        if len(self._awaiting) < self._read_ahead() and self.gate is not None:
+        if len(self._order.awaiting) < self._read_ahead() and self.gate is not None:
             self.gate.resume(Pause.INFLIGHT)
         return pending
 
@@ -418,11 +412,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             # Passed on as the broker sent it (the request was charged when it was read), in its
             # place: after every earlier response still queued, before every later one.
             pending.response = bytes(frame)
-            inflight = self._inflight
-            at = len(inflight)
-            while at and inflight[at - 1].seq > pending.seq:
-                at -= 1
-            inflight.insert(at, pending)
+            self._order.put_back(pending)
             self._flush()
             return
         response: Response
@@ -503,11 +493,9 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
 
     def _flush(self) -> None:
         """Write every response at the head of the queue that is ready, in order."""
-        inflight = self._inflight
-        transport = self.transport
-        assert transport is not None
-        while inflight and inflight[0].response is not None:
-            pending = inflight.popleft()
+        order = self._order
+        assert self.transport is not None
+        while (pending := order.next_ready()) is not None:
             response = pending.response
             if isinstance(response, list):
                 size = sum(len(piece) for piece in response)
@@ -516,7 +504,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 size = len(response)
             self._write(response)
             self._written(pending, size)
-        if self._draining and not inflight:
+        if self._draining and not order.inflight:
             self._linger()
 
     def _written(self, pending: Pending, size: int) -> None:
@@ -587,8 +575,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         the next one due), then this connection is closed too."""
         if isinstance(exc, BadResponse):
             answers = exc.answers
-        elif self._awaiting:
-            answers = describe_request(self._awaiting[0].ctx)
+        elif (oldest := self._order.oldest_awaiting()) is not None:
+            answers = describe_request(oldest.ctx)
         else:
             answers = "no request"
         log.error("closing connection from %s: bad response from broker %s to %s: %s: %s",
@@ -624,7 +612,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         if gate is not None and not gate.reasons.isdisjoint(HELD_BY_PROXY):
             return True
         transport = self.transport
-        return bool(self._awaiting) and (transport is None or not transport.get_write_buffer_size())
+        return bool(self._order.awaiting) and (transport is None or not transport.get_write_buffer_size())
 
     def close_idle(self, max_idle: float) -> None:
         """Close a connection found idle for `max_idle` seconds (idle.py)."""
@@ -644,7 +632,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._draining = True
         if self.gate is not None:
             self.gate.pause(Pause.SHUTDOWN)
-        if not self._inflight:
+        if not self._order.inflight:
             self._linger()
 
     def _linger(self) -> None:

@@ -5,12 +5,12 @@ its place in the connection's response order."""
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from time import perf_counter
 
 from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, size_prefixed
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause, ReadGate
 from kafka_quota_proxy.proxy.datapath.responses import Pending
@@ -24,8 +24,7 @@ class LocalAnswers:
     proxy: ConnectionHost
     info: ConnectionInfo
     gate: ReadGate | None
-    _inflight: deque[Pending]
-    _awaiting: deque[Pending]
+    _order: ResponseQueue
     _closed: bool
     _draining: bool
 
@@ -41,8 +40,7 @@ class LocalAnswers:
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
         if reply.later is not None:
             # Hold this place in the response order until the answer is computed.
-            pending = Pending(ctx)
-            self._inflight.append(pending)
+            pending = self._order.local(ctx)
             assert self.gate is not None
             self.gate.pause(Pause.AUTHENTICATING)
 
@@ -70,9 +68,7 @@ class LocalAnswers:
 
     def _reply(self, ctx: RequestContext, frame: bytes, delay_ms: int = 0, close_after: bool = False) -> None:
         """Queue a response the proxy made, in order; optionally held back, optionally the last."""
-        pending = Pending(ctx)
-        self._inflight.append(pending)
-        self._fill(pending, frame, delay_ms, close_after)
+        self._fill(self._order.local(ctx), frame, delay_ms, close_after)
 
     def _fill(self, pending: Pending, frame: bytes, delay_ms: int, close_after: bool) -> None:
         if close_after:
@@ -108,8 +104,6 @@ class LocalAnswers:
             self._reply(ctx, size_prefixed(token))
             return
         sasl.legacy_token(self.info, bytes(frame[4:]))
-        pending = Pending(ctx)
-        self._inflight.append(pending)
-        self._awaiting.append(pending)
+        self._order.forwarded(ctx)
         ctx.sent_at = perf_counter()
         out.append(frame)

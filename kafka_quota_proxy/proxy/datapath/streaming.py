@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 
 from kafka_quota_proxy.protocol.api_keys import FETCH
 from kafka_quota_proxy.protocol.errors import ProtocolError
@@ -14,6 +13,7 @@ from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece
 from kafka_quota_proxy.protocol.headers import response_body_offset, response_prefix
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo
+from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause
 from kafka_quota_proxy.proxy.datapath.responses import (
@@ -38,7 +38,7 @@ class StreamingResponses:
     info: ConnectionInfo
     transport: asyncio.Transport | None
     upstream: UpstreamConnection | None
-    _inflight: deque[Pending]
+    _order: ResponseQueue
     _streaming: Pending | None
     _splice: Splice | None
     _fd: int | None
@@ -69,8 +69,8 @@ class StreamingResponses:
         stages = self.proxy.pipeline.response_stages(ctx.api_key)
         # Gathered whole: not a Fetch, a response before it still to be written, or a stage that
         # needs the whole body. _respond then handles it as any response.
-        if (ctx.api_key != FETCH or ctx.raw or pending.unasked or self._closed or not self._inflight
-                or self._inflight[0] is not pending
+        if (ctx.api_key != FETCH or ctx.raw or pending.unasked or self._closed
+                or not self._order.first(pending)
                 or not all(stage.streams or not stage.wants(ctx) for stage in stages)):
             pending.stream = ASSEMBLE
             pending.parts = [memoryview(head.data)]
@@ -133,8 +133,7 @@ class StreamingResponses:
 
     def _streamed(self, pending: Pending) -> None:
         """A response written on as it arrived has gone out whole."""
-        popped = self._inflight.popleft()
-        assert popped is pending
+        self._order.streamed(pending)
         self._written(pending, pending.size)
         self._flush()
 
