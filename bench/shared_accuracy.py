@@ -92,6 +92,10 @@ class Result:
     # What the replicas saw, summed over them (`traffic`): the Fetch or Produce requests, their
     # mean time at the broker, those throttled and for how long, and the syncs and their mean time.
     seen: dict[str, float] = field(default_factory=dict)
+    # Producers: the Produce bytes the replicas read and sent on, over the same period and its
+    # fullest window (`_read_bytes`), what the quota charged; None for consumers.
+    read_rate: float | None = None
+    read_worst_window: float | None = None
 
 
 def fullest(done: Callable[[float], int], start: float, end: float) -> tuple[int, float]:
@@ -141,12 +145,26 @@ def _fetched_bytes(proxies: Sequence[ProxyProcess], start: float, out: list[Time
     what a consumer quota counts. The records a consumer reads are fewer: a paced consumer
     pauses its partition, and librdkafka drops what it had fetched for it and fetches it again
     on resume, so the same bytes are fetched (and counted) more than once."""
-    base = [p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch") for p in proxies]
+    _counted_bytes(proxies, "kafka_quota_proxy_response_bytes_total", "Fetch", start, out, done)
+
+
+def _read_bytes(proxies: Sequence[ProxyProcess], start: float, out: list[Timeline],
+                done: threading.Event) -> None:
+    """Each replica's Produce request bytes read from its clients (and sent on to the broker),
+    every 0.25 s from `start`: what a producer quota charges, acknowledged or not. A librdkafka
+    producer whose request waited 60 s for its answer closes its connection and sends its
+    records again; a request of it that the proxy had already read reached the broker, and was
+    charged, but is never acknowledged, so the acknowledged rate falls short of it."""
+    _counted_bytes(proxies, "kafka_quota_proxy_request_bytes_total", "Produce", start, out, done)
+
+
+def _counted_bytes(proxies: Sequence[ProxyProcess], metric: str, api: str, start: float,
+                   out: list[Timeline], done: threading.Event) -> None:
+    base = [p.metric(metric, api=api) for p in proxies]
     while not done.is_set():
         elapsed = time.monotonic() - start
         for p, b, tl in zip(proxies, base, out, strict=True):
-            sent = p.metric("kafka_quota_proxy_response_bytes_total", api="Fetch")
-            tl.marks.append((elapsed, int(sent - b)))
+            tl.marks.append((elapsed, int(p.metric(metric, api=api) - b)))
         done.wait(0.25)
 
 
@@ -241,11 +259,11 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         threads = [threading.Thread(target=work, daemon=True, args=(
             proxies[replica_of(i, replicas)].bootstrap, topic, CLIENT_ID, start, total,
             timelines[i], _pace(shape, i, clients)), kwargs=options) for i in range(clients)]
-        fetched = [Timeline() for _ in proxies]  # what the quota counts of a consumer
+        # What the quota counts of a consumer; of a producer, what it charged (`_read_bytes`).
+        fetched = [Timeline() for _ in proxies]
         done = threading.Event()
-        if kind == "consume":
-            threads.append(threading.Thread(target=_fetched_bytes, daemon=True,
-                                            args=(proxies, start, fetched, done)))
+        threads.append(threading.Thread(target=_fetched_bytes if kind == "consume" else _read_bytes,
+                                        daemon=True, args=(proxies, start, fetched, done)))
         for thread in threads:
             thread.start()
         for thread in threads[:clients]:
@@ -264,10 +282,17 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
     def acked(t: float) -> int:
         return sum(tl.at(t) for tl in counted)
 
+    def read(t: float) -> int:
+        return sum(tl.at(t) for tl in fetched)
+
     rate = (acked(total) - acked(warm_up)) / seconds
     worst = fullest_window(acked, warm_up, total)
-    return Result(replicas, shape, clients, rate, worst, sum(tl.errors for tl in timelines),
-                  store_errors, degradations, seen)
+    result = Result(replicas, shape, clients, rate, worst, sum(tl.errors for tl in timelines),
+                    store_errors, degradations, seen)
+    if kind == "produce":
+        result.read_rate = (read(total) - read(warm_up)) / seconds
+        result.read_worst_window = fullest_window(read, warm_up, total)
+    return result
 
 
 def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds: float = 60.0,
@@ -292,6 +317,11 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
                                  f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
                     rows.append((f"{name}: fullest {SLIDING_S:.0f} s window",
                                  f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth"))
+                    if r.read_rate is not None and r.read_worst_window is not None:
+                        rows.append((f"{name}: read by the replicas over {seconds:.0f} s",
+                                     f"{r.read_rate / MIB:.3f} MiB/s ({r.read_rate / QUOTA - 1:+.1%}), "
+                                     f"fullest {SLIDING_S:.0f} s window "
+                                     f"{r.read_worst_window / (QUOTA * SLIDING_S):.2f}x"))
                     rows.append((f"{name}: failed syncs, degradations",
                                  f"{r.store_errors}, {r.degradations}"))
                     rows.append((f"{name}: seen", ", ".join(

@@ -33,6 +33,11 @@ def test_two_replicas_move_bytes_under_the_shared_quota(broker: Broker, broker_n
     assert r.store_errors <= 8 and r.degradations <= 3
     # What the replicas saw is read from their metrics: their requests of the kind, and syncs.
     assert r.seen["requests"] > 0 and r.seen["syncs"] > 0
+    # Producers are also measured by what the replicas read (what the quota charged).
+    if kind == "produce":
+        assert r.read_rate is not None and r.read_rate > 0
+    else:
+        assert r.read_rate is None
 
 
 def test_one_replica_of_two_workers_paces_two_clients(broker: Broker, broker_node_id: int,
