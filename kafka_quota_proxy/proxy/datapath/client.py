@@ -103,8 +103,8 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._splice: Splice | None = None  # moving the rest of that response (splice.py)
         self._fd: int | None = None  # the socket's descriptor when splices may write to it
         self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
-        self._unmute: asyncio.TimerHandle | None = None
-        self._pace_timer: asyncio.TimerHandle | None = None  # ends a paced quota's wait (`_wait_for_turn`)
+        # The timers that end a wait on time, one per reason (`_wait`): a throttle, a paced turn.
+        self._timers: dict[Pause, asyncio.TimerHandle] = {}
         self._connect_task: asyncio.Task[None] | None = None
         self._proxy_header: ProxyHeaderParser | None = None
         self._header_timer: asyncio.TimerHandle | None = None
@@ -227,7 +227,9 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                 wait_ms = self._handle_request(frame, out)
                 if wait_ms:
                     self._held.extend(frames[i:])  # this one first: it is handled again then
-                    self._wait_for_turn(wait_ms)
+                    # Its turn (a paced quota) or what it owes: handled again then, and it
+                    # may have to wait again, if another connection of its entity took the turn.
+                    self._wait(Pause.PACE, self.proxy.loop.time() + wait_ms / 1000)
                     break
         except ProtocolError as exc:
             self._bad_input(exc)
@@ -360,10 +362,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             self.upstream.linger()
         elif self._connect_task is not None and not self._connect_task.done() and not self._early:
             self._connect_task.cancel()  # else it forwards what was read once connected
-        if self._unmute is not None:
-            self._unmute.cancel()
-        if self._pace_timer is not None:
-            self._pace_timer.cancel()
+        self._cancel_waits()
         if self._header_timer is not None:
             self._header_timer.cancel()
         if self._linger_timer is not None:
@@ -536,38 +535,35 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         clients alike: the response has gone out at once, the next request waits unread."""
         if self.gate is None or self._closed or self._lingering:
             return
-        loop = self.proxy.loop
         self.gate.pause(Pause.THROTTLE)
-        until = self._mute.start(loop.time(), throttle_ms)
-        if until is None:
-            return
-        if self._unmute is not None:
-            self._unmute.cancel()
-        self._unmute = loop.call_at(until, self._end_throttle)
+        until = self._mute.start(self.proxy.loop.time(), throttle_ms)
+        if until is not None:  # else a longer throttle already holds
+            self._wait(Pause.THROTTLE, until)
 
-    def _wait_for_turn(self, wait_ms: int) -> None:
-        """The first held request must wait `wait_ms` for its turn (a paced quota): read nothing
-        until then, and handle it again then (it may have to wait again, if another connection
-        of its quota entity took the turn)."""
+    def _wait(self, reason: Pause, until: float) -> None:
+        """Read nothing more until `until` (loop time) for `reason`: the one way this connection
+        waits on time (a throttle's mute, a paced quota's turn, a throttle still owed). A later
+        wait for the same reason replaces the earlier. The frames already read wait with it, and
+        are handled, in order, when it ends (`_waited`)."""
         assert self.gate is not None
-        self.gate.pause(Pause.PACE)
-        if self._pace_timer is not None:
-            self._pace_timer.cancel()
-        self._pace_timer = self.proxy.loop.call_later(wait_ms / 1000, self._end_hold)
+        self.gate.pause(reason)
+        timer = self._timers.get(reason)
+        if timer is not None:
+            timer.cancel()
+        self._timers[reason] = self.proxy.loop.call_at(until, self._waited, reason)
 
-    def _end_hold(self) -> None:
-        self._pace_timer = None
-        if self.gate is not None:
-            self.gate.resume(Pause.PACE)
-            self._release()
-
-    def _end_throttle(self) -> None:
-        self._unmute = None
-        if not self._mute.may_end():
+    def _waited(self, reason: Pause) -> None:
+        del self._timers[reason]
+        if reason is Pause.THROTTLE and not self._mute.may_end():
             return  # a response over quota is still to go out; its own mute ends the pause
         if self.gate is not None:
-            self.gate.resume(Pause.THROTTLE)
+            self.gate.resume(reason)
             self._release()
+
+    def _cancel_waits(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
 
     def bad_response(self, exc: ProtocolError, broker: str) -> None:
         """The broker sent what is no answer to this connection's requests, and its connection
@@ -649,9 +645,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._stop_splice()
         self.uncork()
         self._held.clear()
-        if self._pace_timer is not None:
-            self._pace_timer.cancel()
-            self._pace_timer = None
+        self._cancel_waits()  # nothing more is read but to be dropped: no wait is to end
         self._early.clear()
         if self.gate is not None:
             self.gate.open()
