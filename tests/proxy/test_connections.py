@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import struct
 from pathlib import Path
@@ -616,6 +617,53 @@ def test_requests_pipelined_behind_a_plain_authentication_wait_for_its_outcome(t
             assert client.info.principal == "alice"
             writer.close()
     run(scenario())
+
+
+def test_a_plain_check_that_fails_closes_its_connection_not_holds_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A PLAIN password is checked on a worker thread. Were the check to raise (a bug), the
+    answer never came and the connection stayed paused for authentication, never idle, for ever.
+    It is closed with an error line instead, and the next client authenticates as usual."""
+    from kafka_quota_proxy.proxy.stages import sasl_terminate
+
+    users = tmp_path / "users.yaml"
+    store = CredentialStore()
+    store.add("alice", "alice-Secret-1", ["PLAIN"])
+    save_credentials(store, users)
+    real = sasl_terminate._attempt
+    broken = [True]
+
+    def attempt(server: Any, token: bytes) -> Any:
+        if broken[0]:
+            raise RuntimeError("a bug in the check")
+        return real(server, token)
+    monkeypatch.setattr(sasl_terminate, "_attempt", attempt)
+
+    def frame(msg: Any, correlation: int) -> bytes:
+        msg.with_header(correlation_id=correlation, client_id="c")
+        return bytes(msg.encode(version=1, header=True, framed=True))
+
+    async def authenticate(h: Harness) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        reader, writer = await h.connect()
+        writer.write(frame(SaslHandshakeRequest(mechanism="PLAIN"), 1))
+        assert correlation_id(await read_frame(reader)) == 1
+        writer.write(frame(SaslAuthenticateRequest(auth_bytes=b"\x00alice\x00alice-Secret-1"), 2))
+        return reader, writer
+
+    async def scenario() -> None:
+        async with running(sasl={"mode": "terminate", "credentials_file": str(users)}) as h:
+            reader, writer = await authenticate(h)
+            assert await is_closed(reader)
+            writer.close()
+            broken[0] = False
+            reader, writer = await authenticate(h)
+            auth = await read_frame(reader)
+            assert correlation_id(auth) == 2 and struct.unpack_from(">h", auth, 8)[0] == 0
+            writer.close()
+    with caplog.at_level(logging.ERROR, logger="kafka_quota_proxy.connection"):
+        run(scenario())
+    (line,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "RuntimeError('a bug in the check'), waiting (authenticating)" in line
 
 
 def test_a_task_that_swallows_a_cancel_does_not_hold_the_shutdown_up(

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter
-from typing import cast
+from typing import Any, cast
 
 from kafka_quota_proxy.config import HostPort
 from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
@@ -429,40 +430,50 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
             except ProtocolError as exc:
                 raise BadResponse(ctx, exc) from exc
         if ctx.hold is not None:
-            self._hold(pending, response, ctx.hold)
+            # A response stage needs something done before this response goes out (a delegation
+            # token's owner asked of the broker, sasl_inspect.py): the response, and every
+            # request read after it, wait until it is. Kept past this read: a view of the
+            # broker's bytes becomes bytes of its own.
+            if isinstance(response, list):
+                response = b"".join(response)
+            elif isinstance(response, memoryview):
+                response = bytes(response)
+            self._await(Pause.HELD_RESPONSE, ctx.hold, functools.partial(self._ready, pending, response))
             return
+        self._ready(pending, response)
+
+    def _ready(self, pending: Pending, response: Response) -> None:
         pending.response = response
         self._flush()
 
-    def _hold(self, pending: Pending, response: Response, hold: asyncio.Future[None]) -> None:
-        """A response stage needs something done before this response goes out (a delegation
-        token's owner asked of the broker, sasl_inspect.py): the response, and every request
-        read after it, wait until it is."""
+    def _await(self, reason: Pause, future: asyncio.Future[Any], then: Callable[[], None]) -> None:
+        """Read nothing more until `future` is done, for `reason`: the one way this connection
+        waits on work done elsewhere (a PLAIN password checked on a worker thread, a delegation
+        token's owner asked of the broker). Then `then()`, and the frames read meanwhile are
+        handled, in order. A future that fails closes this connection (a ProtocolError as bad
+        input; anything else is a bug, logged), and so does one cancelled: no answer will come,
+        and the connection is never left held."""
         assert self.gate is not None
-        # Kept past this read: a view of the broker's bytes becomes bytes of its own.
-        if isinstance(response, list):
-            response = b"".join(response)
-        elif isinstance(response, memoryview):
-            response = bytes(response)
-        self.gate.pause(Pause.HELD_RESPONSE)
+        self.gate.pause(reason)
 
-        def done(hold: asyncio.Future[None]) -> None:
+        def done(future: asyncio.Future[Any]) -> None:
             if self.gate is not None:
-                self.gate.resume(Pause.HELD_RESPONSE)
+                self.gate.resume(reason)
             if self._closed:
                 return
-            problem = None if hold.cancelled() else hold.exception()
+            problem = (asyncio.CancelledError("no answer will come") if future.cancelled()
+                       else future.exception())
             if isinstance(problem, ProtocolError):
                 self._bad_input(problem)
                 return
-            if problem is not None:  # a bug: closed, not held for ever
-                log.error("closing connection from %s: %s", self.info.describe(), problem)
+            if problem is not None:
+                log.error("closing connection from %s: %r, waiting (%s)", self.info.describe(), problem,
+                          reason)
                 self.close()
                 return
-            pending.response = response
-            self._flush()
+            then()
             self._release()
-        hold.add_done_callback(done)
+        future.add_done_callback(done)
 
     def _write(self, data: Response) -> None:
         if self._closed or self._lingering or self.transport is None:

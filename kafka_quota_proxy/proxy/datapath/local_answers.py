@@ -5,7 +5,9 @@ its place in the connection's response order."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from time import perf_counter
+from typing import Any
 
 from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, size_prefixed
@@ -25,35 +27,29 @@ class LocalAnswers:
     info: ConnectionInfo
     gate: ReadGate | None
     _order: ResponseQueue
-    _closed: bool
     _draining: bool
 
     def _flush(self) -> None:
         raise NotImplementedError
 
-    def _release(self) -> None:
+    def _await(self, reason: Pause, future: asyncio.Future[Any], then: Callable[[], None]) -> None:
         raise NotImplementedError
 
     def throttle(self, ctx: RequestContext, pending: Pending | None) -> None:
         raise NotImplementedError
 
     def _answer_locally(self, ctx: RequestContext, reply: Reply) -> None:
-        if reply.later is not None:
+        later = reply.later
+        if later is not None:
             # Hold this place in the response order until the answer is computed.
             pending = self._order.local(ctx)
-            assert self.gate is not None
-            self.gate.pause(Pause.AUTHENTICATING)
 
-            def done(future: asyncio.Future[Reply]) -> None:
-                if self.gate is not None:
-                    self.gate.resume(Pause.AUTHENTICATING)
-                if not self._closed:
-                    answer = future.result()
-                    assert answer.body is not None
-                    self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
-                               answer.close_after)
-                    self._release()
-            reply.later.add_done_callback(done)
+            def answered() -> None:
+                answer = later.result()
+                assert answer.body is not None
+                self._fill(pending, self._frame_reply(ctx, answer.body), answer.delay_ms,
+                           answer.close_after)
+            self._await(Pause.AUTHENTICATING, later, answered)
             return
         if reply.body is None:
             if ctx.throttle_ms:

@@ -116,7 +116,13 @@ class SaslTerminate(RequestStage):
         work = loop.run_in_executor(None, _attempt, state.server, token)
 
         def finish(done: asyncio.Future[SaslStep | SaslAuthenticationError]) -> None:
-            answer.set_result(self._answer(ctx, self._settle(ctx.conn, done.result())))
+            if done.cancelled():  # the loop is shutting down
+                answer.cancel()
+                return
+            try:
+                answer.set_result(self._answer(ctx, self._settle(ctx.conn, done.result())))
+            except Exception as exc:  # a bug: the connection is closed, not held for ever
+                answer.set_exception(exc)
         work.add_done_callback(finish)
         return Reply(b"", later=answer)
 
