@@ -130,6 +130,34 @@ def test_a_replica_with_no_traffic_still_sees_the_others() -> None:
     assert idle.others_rate(20_000.0) == pytest.approx(500.0, rel=0.02)
 
 
+def test_the_others_rate_runs_from_their_first_bytes_in_the_oldest_sample_as_kafkas_does() -> None:
+    # Another replica's client sends 100 kB lumps every 2 s, 0.6 s into an aligned sample (a
+    # flat-out producer's large requests between throttles). Kafka's Rate over those bytes starts
+    # its oldest sample at its first event (20.6 s): 600 kB over 10.4 s. Counted from the aligned
+    # sample's start (20.0 s), the others' rate read 5.5% low; from when the reads show the first
+    # bytes came (a sync interval before the read that first shows them), it is Kafka's here, and
+    # off by at most about an interval's worth of the span elsewhere.
+    sums = Sums()
+    clock = StoreClock()
+    here, there = SharedQuotas(CONFIG, clock=clock), SharedQuotas(CONFIG, clock=clock)
+    mine, theirs = here.rate(KEY), there.rate(KEY)
+    kafka = Rate(CONFIG)
+    now = 0.0
+    while now < 31_000:
+        now += 100
+        if now % 2000 == 600:
+            theirs.record(100_000, now)
+            kafka.record(100_000, now)
+        if now % 1000 == 0:
+            mine.record(1, now)  # a byte a second: a stat that records nothing is let go from the sync
+        sums.sync(here, "here", now)  # reads before the other replica writes, at each tick
+        sums.sync(there, "there", now)
+    assert kafka.measure(now) == pytest.approx(600_000 / 10.4)
+    # The lump of 20.6 s was written at the other's sync that tick, after this replica's read, and
+    # first read at 20.7 s: taken to have come a sync interval before, at 20.6 s.
+    assert mine.others_rate(now) == pytest.approx(kafka.measure(now))
+
+
 def test_a_retried_sync_never_counts_twice() -> None:
     sums = Sums()
     a, b = SharedQuotas(CONFIG), SharedQuotas(CONFIG)
