@@ -65,7 +65,7 @@ def test_a_second_connection_waits_for_the_turn_the_first_took(enforcement: str)
                 # Paced: its request waits unread while the first one's bytes are not paid for.
                 await asyncio.sleep(0.2)
                 assert corr not in script.arrivals
-                (conn,) = [c for c in h.proxy.connections if cast(ClientConnection, c)._held]
+                (conn,) = [c for c in h.proxy.connections if cast(ClientConnection, c).intake.held]
                 assert "pace" in cast(ReadGate, cast(ClientConnection, conn).gate).reasons
                 now[0] += 50  # paid for: its turn
                 await arrival(h, script, corr)

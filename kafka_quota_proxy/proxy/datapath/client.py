@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections import deque
 from collections.abc import Callable, Sequence
 from time import perf_counter
 from typing import Any, cast
@@ -30,7 +29,6 @@ from kafka_quota_proxy.config import HostPort
 from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
 from kafka_quota_proxy.protocol.api_keys import PRODUCE
 from kafka_quota_proxy.protocol.errors import ProtocolError
-from kafka_quota_proxy.protocol.framing import FrameDecoder
 from kafka_quota_proxy.protocol.headers import RequestHeader, parse_request_header
 from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeader, ProxyHeaderParser, ProxyHeaderTimeout
@@ -38,6 +36,7 @@ from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
+from kafka_quota_proxy.proxy.datapath.intake import Intake, holds
 from kafka_quota_proxy.proxy.datapath.local_answers import LocalAnswers
 from kafka_quota_proxy.proxy.datapath.mute import Mute
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause, ReadGate
@@ -70,13 +69,6 @@ def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> async
     return proxy.loop.call_later(proxy.settings.proxy_protocol_timeout_seconds, expired)
 
 
-def _holds(reasons: set[Pause]) -> bool:
-    """Whether frames already read must wait: a pause for anything but the in-flight bound
-    (a throttle, a paced quota's turn, an authentication still being decided, a client not
-    reading its responses, a connection about to close)."""
-    return bool(reasons) and (len(reasons) > 1 or Pause.INFLIGHT not in reasons)
-
-
 class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     """A Kafka client's connection to one proxy listener."""
 
@@ -85,7 +77,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self.proxy = proxy
         self.listener = listener
         self.targets = targets
-        self.decoder = FrameDecoder(proxy.settings.max_frame_bytes)
+        self.intake = Intake(proxy.settings.max_frame_bytes)  # requests read, not yet handled
         self.transport: asyncio.Transport | None = None
         self.upstream: UpstreamConnection | None = None
         self.gate: ReadGate | None = None
@@ -96,9 +88,6 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._linger_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
-        # Frames read but not yet handled: a pause that holds (`_holds`) began while they were
-        # in the same read. Handled, in order, once it ends.
-        self._held: deque[memoryview] = deque()
         self._mute = Mute()  # when a throttle lets this connection read again (KIP-219)
         self._streaming: Pending | None = None  # the request whose large response is arriving
         self._splice: Splice | None = None  # moving the rest of that response (splice.py)
@@ -206,14 +195,12 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
     def _receive(self, data: bytes) -> None:
         """Requests out of bytes read from the client, handled in turn unless held."""
         try:
-            frames = self.decoder.feed(data)
+            frames = self.intake.received(data)
         except ProtocolError as exc:
             self._bad_input(exc)
             return
-        if self._held:
-            self._held.extend(frames)  # after what is already waiting (reading is paused)
-            return
-        self._take(frames)
+        if frames is not None:
+            self._take(frames)
 
     def _take(self, frames: Sequence[memoryview]) -> None:
         """Handle frames in order, holding the rest as soon as a pause that holds begins."""
@@ -222,12 +209,12 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         reasons = self.gate.reasons
         try:
             for i, frame in enumerate(frames):
-                if _holds(reasons):
-                    self._held.extend(frames[i:])
+                if holds(reasons):
+                    self.intake.hold(frames[i:])
                     break
                 wait_ms = self._handle_request(frame, out)
                 if wait_ms:
-                    self._held.extend(frames[i:])  # this one first: it is handled again then
+                    self.intake.hold(frames[i:])  # this one first: it is handled again then
                     # Its turn (a paced quota) or what it owes: handled again then, and it
                     # may have to wait again, if another connection of its entity took the turn.
                     self._wait(Pause.PACE, self.proxy.loop.time() + wait_ms / 1000)
@@ -253,10 +240,10 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
 
     def _release(self) -> None:
         """Handle the held frames, once nothing holds them any more."""
-        if self._held and not self._closed and self.gate is not None and not _holds(self.gate.reasons):
-            frames = list(self._held)
-            self._held.clear()
-            self._take(frames)
+        if not self._closed and self.gate is not None:
+            frames = self.intake.release(self.gate.reasons)
+            if frames:
+                self._take(frames)
 
     def _header_expired(self) -> None:
         if self._proxy_header is not None and not self._closed:
@@ -613,7 +600,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         draining or closing (timers of their own end those); requests it sent are held by the
         proxy (a throttle, an authentication being decided) or are at the broker while the
         client has read everything sent to it. A client that stops reading is owed nothing."""
-        if self.upstream is None or self._draining or self._lingering or self._closed or self._held:
+        if self.upstream is None or self._draining or self._lingering or self._closed or self.intake.held:
             return True
         gate = self.gate
         if gate is not None and not gate.reasons.isdisjoint(HELD_BY_PROXY):
@@ -655,7 +642,7 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
         self._lingering = True
         self._stop_splice()
         self.uncork()
-        self._held.clear()
+        self.intake.drop()
         self._cancel_waits()  # nothing more is read but to be dropped: no wait is to end
         self._early.clear()
         if self.gate is not None:
