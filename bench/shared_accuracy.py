@@ -260,10 +260,10 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
             proxies[replica_of(i, replicas)].bootstrap, topic, CLIENT_ID, start, total,
             timelines[i], _pace(shape, i, clients)), kwargs=options) for i in range(clients)]
         # What the quota counts of a consumer; of a producer, what it charged (`_read_bytes`).
-        fetched = [Timeline() for _ in proxies]
+        at_replicas = [Timeline() for _ in proxies]
         done = threading.Event()
         threads.append(threading.Thread(target=_fetched_bytes if kind == "consume" else _read_bytes,
-                                        daemon=True, args=(proxies, start, fetched, done)))
+                                        daemon=True, args=(proxies, start, at_replicas, done)))
         for thread in threads:
             thread.start()
         for thread in threads[:clients]:
@@ -277,13 +277,13 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         degradations = sum(p.log_text().count("enforced as this replica's share") for p in proxies)
         seen = traffic(proxies, kind)
 
-    counted = fetched if kind == "consume" else timelines
+    counted = at_replicas if kind == "consume" else timelines
 
     def acked(t: float) -> int:
         return sum(tl.at(t) for tl in counted)
 
     def read(t: float) -> int:
-        return sum(tl.at(t) for tl in fetched)
+        return sum(tl.at(t) for tl in at_replicas)
 
     rate = (acked(total) - acked(warm_up)) / seconds
     worst = fullest_window(acked, warm_up, total)

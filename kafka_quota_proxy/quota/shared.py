@@ -79,11 +79,16 @@ class AlignedCounts:
     pushed: dict[int, int]  # what the store was last given
     others: dict[int, int]  # the other replicas' count per aligned sample, as last read
     # When the others' first bytes in each of those samples came, as well as the reads tell it
-    # (store time, ms): the oldest one's starts their span (`_others_in_window`).
+    # (store time, ms): the oldest one's starts their span (`_others_in_window`). Kept only where
+    # `first_bytes_span`.
     others_from: dict[int, float]
     read_wall: float  # store time of this stat's last read
     _others_sum: int
     _cur_sample: int  # the open aligned sample, summed in `_cur_value` first
+    # The others' bytes are a rate from their first bytes in the oldest sample, as Kafka's Rate
+    # runs from its oldest sample's first event (`SharedRate._others_in_window`); False: from
+    # that aligned sample's start, and `others_from` is not kept.
+    first_bytes_span = False
     _cur_value: float
     # The open sample's bounds in `now_ms` terms, at the clock offset it was opened under: the
     # request path compares `now_ms` with them instead of working out the sample each time.
@@ -186,6 +191,7 @@ class AlignedCounts:
         # Bytes this read is the first to show in a sample were recorded since the last read, less
         # the sync interval another replica may have held them for: about an interval before this
         # read, on average. (On a stat's first read: anywhere in their sample.)
+        track = self.first_bytes_span
         every = self.home.read_every_ms
         came_after = self.read_wall - every
         came_about = wall - every
@@ -193,7 +199,7 @@ class AlignedCounts:
         for s, total in totals.items():
             theirs = total - self.pushed.get(s, 0)
             if theirs > 0:
-                if s not in others:
+                if track and s not in others:
                     start = s * w
                     others_from[s] = start if came_after < start else max(start, came_about)
                 others[s] = theirs
@@ -287,10 +293,7 @@ class SharedRate(AlignedCounts, Rate):
 
     __slots__ = SLOTS + ("owes", "settles", "reads", "pending")
 
-    # The others' bytes are a rate from their first bytes in the oldest sample, as Kafka's Rate
-    # runs from its oldest sample's first event (`_others_in_window`); False: from that aligned
-    # sample's start, as before.
-    first_bytes_span = True
+    first_bytes_span = True  # AlignedCounts.first_bytes_span
 
     def __init__(self, config: MetricConfig, key: str, home: SharedQuotas) -> None:
         Rate.__init__(self, config)
@@ -405,8 +408,7 @@ class SharedRate(AlignedCounts, Rate):
                     oldest = s
         span: float = (self._keep - 1) * w
         if oldest is not None:
-            start = self.others_from.get(oldest, oldest * w) if self.first_bytes_span else oldest * w
-            span = max(wall - start, span, 1.0)
+            span = max(wall - self.others_from.get(oldest, oldest * w), span, 1.0)
         return total, span / 1000.0
 
     def others_rate(self, now_ms: float) -> float:

@@ -214,9 +214,9 @@ class ClientConnection(LocalAnswers, StreamingResponses, asyncio.Protocol):
                     break
                 wait_ms = self._handle_request(frame, out)
                 if wait_ms:
-                    self.intake.hold(frames[i:])  # this one first: it is handled again then
-                    # Its turn (a paced quota) or what it owes: handled again then, and it
-                    # may have to wait again, if another connection of its entity took the turn.
+                    # Its turn (a paced quota) or what it owes: this one first, handled again
+                    # then, when it may wait again if another connection of its entity took the turn.
+                    self.intake.hold(frames[i:])
                     self._wait(Pause.PACE, self.proxy.loop.time() + wait_ms / 1000)
                     break
         except ProtocolError as exc:
