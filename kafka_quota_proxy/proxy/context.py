@@ -143,6 +143,13 @@ class RequestContext:
             self.patches = []
         self.patches.append((at, data))
 
+    def throttle_for(self, throttle_ms: int) -> None:
+        """Throttle this request's client for at least `throttle_ms`: the one place a request's
+        throttle is set. Of several quotas over (a client's, its topics'), the longest holds, as
+        on a broker; the connection applies it (KIP-219, datapath/client.py)."""
+        if throttle_ms > self.throttle_ms:
+            self.throttle_ms = throttle_ms
+
     @property
     def forward_size(self) -> int:
         """The size of the frame as forwarded, size prefix included."""

@@ -30,4 +30,4 @@ def throttle(engine: QuotaEngine, ctx: RequestContext, quota_type: str, throttle
     if engine.usage is not None:
         engine.usage.throttled(user, client_id, quota_type, throttle_ms)
     if engine.enforcing:
-        ctx.throttle_ms = max(ctx.throttle_ms, throttle_ms)
+        ctx.throttle_for(throttle_ms)

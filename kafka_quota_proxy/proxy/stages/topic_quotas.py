@@ -138,7 +138,7 @@ class TopicQuotaCharge(RequestStage):
             counted.append((name, topic.size, 0))
         ctx.topic_bytes = counted
         if enforcing and not ctx.expects_response and longest:
-            ctx.throttle_ms = max(ctx.throttle_ms, longest)  # the connection waits instead
+            ctx.throttle_for(longest)  # the connection waits instead
         if not refused:
             return None
         if len(refused) == len(layout.topics):
@@ -290,7 +290,7 @@ class TopicFetchSettle(ResponseStage):
         if not hot:
             return None
         if not delivered:
-            ctx.throttle_ms = max(ctx.throttle_ms, min(longest, ctx.fetch_max_wait_ms))
+            ctx.throttle_for(min(longest, ctx.fetch_max_wait_ms))
         return fetch_emptied(body, ctx.broker_version, layout, hot)
 
 
@@ -340,5 +340,5 @@ class TopicShareFetchSettle(ResponseStage):
             lock_ms = read_share_fetch_head(body, version).acquisition_lock_timeout_ms
             if lock_ms > 0:  # v0 (early access) has no lock in its answer
                 longest = min(longest, int(lock_ms * SHARE_WAIT_OF_LOCK))
-            ctx.throttle_ms = max(ctx.throttle_ms, longest)
+            ctx.throttle_for(longest)
         return None
