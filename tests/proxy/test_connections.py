@@ -393,7 +393,7 @@ def test_slow_broker_stops_the_proxy_reading_from_a_fast_producer() -> None:
                     break
             assert blocked, "the proxy kept reading although the broker did not"
             (conn,) = h.proxy.connections
-            assert "upstream-busy" in conn.gate.reasons
+            assert "upstream-busy" in conn.core.reasons
             assert conn.upstream.transport.get_write_buffer_size() <= 2 * frame_size + 64 * 1024
             broker_conn.reading.set()  # the broker catches up: every byte arrives, in order
             expected = list_groups(0) + b"".join(sent)
@@ -450,11 +450,11 @@ def test_a_client_that_never_reads_cannot_pile_up_the_proxys_own_answers() -> No
             writer.write(b"".join(frame_request(describe_all, 1, i, "c") for i in range(sent)))
             (conn,) = h.proxy.connections
             conn.transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-            await h.wait_for(lambda: "client-busy" in conn.gate.reasons, timeout=30)
+            await h.wait_for(lambda: "client-busy" in conn.core.reasons, timeout=30)
             await asyncio.sleep(0.5)  # time for an unbounded proxy to go on
             buffered = conn.transport.get_write_buffer_size()
             handled = h.proxy.metrics.api(48).requests
-            assert "client-busy" in conn.gate.reasons
+            assert "client-busy" in conn.core.reasons
             answers = [await read_frame(reader, timeout=30) for _ in range(sent)]  # then all, in order
             assert [correlation_id(a) for a in answers] == list(range(sent))
             assert len(entries(DescribeClientQuotasResponse.decode(answers[-1][9:], version=1))) == 30
@@ -483,8 +483,8 @@ def test_requests_waiting_for_their_responses_do_not_keep_their_frames() -> None
             await h.wait_for(lambda: len(broker_conn.frames) == 5, timeout=10)
             assert broker_conn.frames == frames
             (conn,) = h.proxy.connections
-            assert len(conn._order.awaiting) == 5
-            assert [len(p.ctx.frame) for p in conn._order.awaiting] == [0] * 5
+            assert len(conn.core.order.awaiting) == 5
+            assert [len(p.ctx.frame) for p in conn.core.order.awaiting] == [0] * 5
             broker_conn.close()  # else shutdown waits for the five answers
             await h.wait_for(lambda: not h.proxy.connections)
     run(scenario())

@@ -17,7 +17,6 @@ import pytest
 
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.proxy.datapath.client import ClientConnection
-from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
 from tests.proxy.conftest import running
 from tests.proxy.quota_support import (
     START_MS,
@@ -65,8 +64,8 @@ def test_a_second_connection_waits_for_the_turn_the_first_took(enforcement: str)
                 # Paced: its request waits unread while the first one's bytes are not paid for.
                 await asyncio.sleep(0.2)
                 assert corr not in script.arrivals
-                (conn,) = [c for c in h.proxy.connections if cast(ClientConnection, c).intake.held]
-                assert "pace" in cast(ReadGate, cast(ClientConnection, conn).gate).reasons
+                (conn,) = [c for c in h.proxy.connections if cast(ClientConnection, c).core.intake.held]
+                assert "pace" in cast(ClientConnection, conn).core.reasons
                 now[0] += 50  # paid for: its turn
                 await arrival(h, script, corr)
                 # Its own 1000 B at the quota: the next bytes may come 10 ms after its turn.

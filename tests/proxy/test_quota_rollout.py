@@ -53,7 +53,7 @@ def test_observe_mode_counts_throttles_but_changes_nothing() -> None:
             assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
                           user="ANONYMOUS", client_id="c") == 1
             (conn,) = h.proxy.connections
-            assert conn._mute.until == 0.0  # never muted
+            assert conn.core.mute.until == 0.0  # never muted
             assert metric(h, "kafka_quota_proxy_quota_mode", mode="observe") == 1.0
             c.close()
     run(scenario())

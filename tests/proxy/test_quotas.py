@@ -104,7 +104,7 @@ def test_produce_throttle_is_the_larger_of_brokers_and_proxys(broker_ms: int, cl
             assert metric(h, "kafka_quota_proxy_throttle_time_ms_total", quota_type="produce",
                           user="ANONYMOUS", client_id="c") == 80
             (conn,) = h.proxy.connections
-            assert conn._mute.until > 0
+            assert conn.core.mute.until > 0
             c.close()
     run(scenario())
 
@@ -185,9 +185,9 @@ def test_a_client_over_its_quota_by_its_bytes_so_far_is_read_one_request_at_a_ti
             await c.send(second)  # a write of its own: not read in one go with the first
             if alone:
                 await asyncio.sleep(0.1)  # the broker holds the first one's answer for 1 s
-                assert len(conn._order.awaiting) == 1 and "inflight" in conn.gate.reasons
+                assert len(conn.core.order.awaiting) == 1 and "inflight" in conn.core.reasons
             else:
-                await h.wait_for(lambda: len(conn._order.awaiting) == 2)
+                await h.wait_for(lambda: len(conn.core.order.awaiting) == 2)
             _, r1 = await c.recv(first)
             assert r1.throttle_time_ms == 0
             await c.recv(second)

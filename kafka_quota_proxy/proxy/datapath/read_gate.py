@@ -10,14 +10,15 @@ class Pause(StrEnum):
     """Every reason a connection's reading is paused, in one place. Set and cleared by:"""
 
     CONNECTING = "connecting"  # client.py: its broker connection is being made
-    INFLIGHT = "inflight"  # client.py: as many requests at the broker as it may read ahead
-    THROTTLE = "throttle"  # client.py: muted for a throttle (KIP-219), as a broker mutes
-    PACE = "pace"  # client.py: a paced quota's wait for this client's next bytes or turn
-    HELD_RESPONSE = "held-response"  # client.py: a response stage holds a response (`_hold`)
+    INFLIGHT = "inflight"  # core.py: as many requests at the broker as it may read ahead
+    THROTTLE = "throttle"  # core.py: muted for a throttle (KIP-219), as a broker mutes
+    PACE = "pace"  # core.py: a paced quota's wait for this client's next bytes or turn
+    HELD_RESPONSE = "held-response"  # core.py: a response stage holds a response (`ctx.hold`)
+    HELD_ANSWER = "held-answer"  # core.py: an answer of the proxy's held back (a failed login)
     CLIENT_BUSY = "client-busy"  # client.py: the client is not reading its responses
-    SHUTDOWN = "shutdown"  # client.py: the proxy is draining its connections
-    AUTHENTICATING = "authenticating"  # local_answers.py: a SASL exchange is being decided
-    CLOSING = "closing"  # local_answers.py: the connection is closing after its last answer
+    SHUTDOWN = "shutdown"  # core.py: the proxy is draining its connections
+    AUTHENTICATING = "authenticating"  # core.py: a SASL exchange is being decided
+    CLOSING = "closing"  # core.py: the connection is closing after its last answer
     SPLICE = "splice"  # streaming.py: a response is being spliced to the client (broker side)
     UPSTREAM_BUSY = "upstream-busy"  # upstream.py: the broker is not reading the requests
 

@@ -11,9 +11,8 @@ from kafka_quota_proxy.protocol.api_keys import FETCH
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece
 from kafka_quota_proxy.protocol.headers import response_body_offset, response_prefix
-from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo
-from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue
+from kafka_quota_proxy.proxy.datapath.core import ConnectionCore
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause
 from kafka_quota_proxy.proxy.datapath.responses import (
@@ -32,45 +31,31 @@ log = logging.getLogger("kafka_quota_proxy.connection")
 
 
 class StreamingResponses:
-    """ClientConnection's handling of large responses; the state it shares is declared here."""
+    """ClientConnection's handling of large responses, the I/O side of it: what it shares with
+    the connection is declared here; the rules (order, throttles) are the core's."""
 
     proxy: ConnectionHost
     info: ConnectionInfo
     transport: asyncio.Transport | None
     upstream: UpstreamConnection | None
-    _order: ResponseQueue
+    core: ConnectionCore
     _streaming: Pending | None
     _splice: Splice | None
     _fd: int | None
-    _closed: bool
-
-    def _answered(self, head: bytes | memoryview) -> Pending:
-        raise NotImplementedError
-
-    def _respond(self, pending: Pending, frame: memoryview) -> None:
-        raise NotImplementedError
-
-    def _write(self, data: Response) -> None:
-        raise NotImplementedError
-
-    def _flush(self) -> None:
-        raise NotImplementedError
-
-    def _written(self, pending: Pending, size: int) -> None:
-        raise NotImplementedError
 
     def on_response_head(self, head: FrameHead) -> None:
         """The start of a large response (StreamingFrameDecoder). A Fetch whose response stages
         can all work from the head is written on as it arrives; any other is gathered whole and
         then handled like a small one."""
-        pending = self._answered(head.data)
+        core = self.core
+        pending = core.answered(head.data, self.proxy.loop.time())
         self._streaming = pending
         ctx = pending.ctx
         stages = self.proxy.pipeline.response_stages(ctx.api_key)
         # Gathered whole: not a Fetch, a response before it still to be written, or a stage that
         # needs the whole body. _respond then handles it as any response.
-        if (ctx.api_key != FETCH or ctx.raw or pending.unasked or self._closed
-                or not self._order.first(pending)
+        if (ctx.api_key != FETCH or ctx.raw or pending.unasked or core.closed
+                or not core.order.first(pending)
                 or not all(stage.streams or not stage.wants(ctx) for stage in stages)):
             pending.stream = ASSEMBLE
             pending.parts = [memoryview(head.data)]
@@ -99,7 +84,7 @@ class StreamingResponses:
                 # Answered with another body (a Fetch over quota): the rest of this one is dropped.
                 pending.stream = DISCARD
                 pending.response = response_prefix(head.data, body_at, len(result.body)) + result.body
-                self._flush()
+                self.core.flush()
                 return
             if result is not None:
                 assert len(result) == len(body), "a streamed head must keep its length"
@@ -107,16 +92,16 @@ class StreamingResponses:
         pending.stream = STREAM
         pending.size = head.size
         if not isinstance(body, memoryview):  # changed: the header, then the new start of the body
-            self._write(head.data[:body_at] + body)
+            self.core.write(head.data[:body_at] + body)
         else:
-            self._write(head.data)
+            self.core.write(head.data)
 
     def on_response_piece(self, piece: FramePiece) -> None:
         pending = self._streaming
         assert pending is not None
         mode = pending.stream
         if mode is STREAM:
-            self._write(piece.data)
+            self.core.write(piece.data)
         elif mode is ASSEMBLE:
             assert pending.parts is not None
             pending.parts.append(piece.data)  # a view of an immutable chunk: joined once, at the end
@@ -127,15 +112,10 @@ class StreamingResponses:
             assert pending.parts is not None
             frame = memoryview(b"".join(pending.parts))
             pending.parts = None
-            self._respond(pending, frame)
+            self.core.respond(pending, frame, self.proxy.loop.time())
         elif mode is STREAM:
-            self._streamed(pending)
+            self.core.streamed(pending, self.proxy.loop.time())
 
-    def _streamed(self, pending: Pending) -> None:
-        """A response written on as it arrived has gone out whole."""
-        self._order.streamed(pending)
-        self._written(pending, pending.size)
-        self._flush()
 
     def splice_rest(self, upstream: UpstreamConnection) -> None:
         """Called after each read from the broker: when the response being written on has much
@@ -143,7 +123,7 @@ class StreamingResponses:
         instead of reading it. The broker's socket is not read meanwhile."""
         pending = self._streaming
         if (pending is None or pending.stream is not STREAM or self._fd is None or upstream.fd is None
-                or self._closed or self._splice is not None or upstream.gate is None):
+                or self.core.closed or self._splice is not None or upstream.gate is None):
             return
         size = upstream.decoder.streaming_left
         if size < SPLICE_FROM:
@@ -168,14 +148,14 @@ class StreamingResponses:
             # The client has part of a response: neither connection can go on.
             log.info("closing connection from %s: %s failed mid-response: %s", self.info.describe(),
                      "broker connection" if failure.side == "broker" else "client connection", failure.reason)
-            self._closed = True  # connection_lost follows; nothing more is said about either side
+            self.core.closed = True  # connection_lost follows; nothing more is said about either side
             if upstream is not None and upstream.transport is not None:
                 upstream.transport.abort()
             if self.transport is not None:
                 self.transport.abort()
             return
         self.proxy.metrics.spliced_bytes.inc(splice.moved)
-        self._streamed(pending)
+        self.core.streamed(pending, self.proxy.loop.time())
         if upstream is not None and upstream.gate is not None:
             upstream.gate.resume(Pause.SPLICE)
 

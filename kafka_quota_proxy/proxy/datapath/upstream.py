@@ -11,7 +11,7 @@ from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece, StreamingFrameDecoder
 from kafka_quota_proxy.proxy.context import ConnectionInfo
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
-from kafka_quota_proxy.proxy.datapath.read_gate import Pause, ReadGate
+from kafka_quota_proxy.proxy.datapath.read_gate import ReadGate
 from kafka_quota_proxy.proxy.datapath.splice import plain_socket_fd
 from kafka_quota_proxy.proxy.upstream_auth import open_upstream
 
@@ -32,8 +32,8 @@ class ResponseSink(Protocol):
     """The client connection an upstream connection hands the broker's responses to."""
 
     info: ConnectionInfo
-    gate: ReadGate | None
 
+    def broker_busy(self, busy: bool) -> None: ...
     def cork(self) -> None: ...
     def uncork(self) -> None: ...
     def on_response(self, frame: memoryview) -> None: ...
@@ -198,12 +198,10 @@ class UpstreamConnection(asyncio.Protocol):
                 client.splice_rest(self)
 
     def pause_writing(self) -> None:
-        if self.client.gate is not None:
-            self.client.gate.pause(Pause.UPSTREAM_BUSY)
+        self.client.broker_busy(True)
 
     def resume_writing(self) -> None:
-        if self.client.gate is not None:
-            self.client.gate.resume(Pause.UPSTREAM_BUSY)
+        self.client.broker_busy(False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._settling is not None:
