@@ -203,17 +203,26 @@ class ClientQuotaManager(_ResolvedQuota):
             return 0
         stat = cast(SharedRate, handle.sensor.stat)
         until = -math.inf
+        guessed = False
         unsettled = []
         for owed in handle.owed:
             owed_until = owed.until_ms
             if owed_until > until:
                 until = owed_until
+            guessed = guessed or owed.guess > 0
             # Settled by the two reads after it (SharedRate._reveal) and paid: forgotten.
             if stat.reads < owed.reads + 2 or owed_until > now_ms:
                 unsettled.append(owed)
         handle.owed = unsettled
+        if until <= now_ms:
+            return 0
         # Rounded as the throttle told is (java_round): what was told and paid is not owed again.
-        return _clamp_throttle(java_round(until - now_ms)) if until > now_ms else 0
+        wait = _clamp_throttle(java_round(until - now_ms))
+        if guessed:
+            # Held for a guess of the others' first bytes: asked again at the next read, which
+            # may show them.
+            wait = min(wait, stat.home.until_next_read_ms(now_ms))
+        return wait
 
     def over_so_far(self, handles: dict[object, ChargeHandle], now_ms: float) -> bool:
         """Whether the client whose connection keeps `handles`, just charged by

@@ -257,7 +257,8 @@ class Owed:
     Kafka's throttle of that request would have been `slack_ms` plus `per_byte_ms` for each of
     those bytes that came before it, `missed`."""
 
-    __slots__ = ("at_ms", "slack_ms", "per_byte_ms", "reads", "read_ms", "into", "missed", "fresh")
+    __slots__ = ("at_ms", "slack_ms", "per_byte_ms", "reads", "read_ms", "into", "missed", "fresh",
+                 "guess")
 
     def __init__(self, at_ms: float, slack_ms: float, per_byte_ms: float, reads: int,
                  read_ms: float) -> None:
@@ -268,13 +269,16 @@ class Owed:
         self.read_ms = read_ms  # the last read before `at_ms`
         self.into = 1.0  # how far `at_ms` came into the interval between its reads, once known
         self.missed = 0.0
-        self.fresh = False  # made before the stat's first read
+        self.fresh = False  # made while the stat was young (its first YOUNG_READS reads)
+        # Made while young: the others' bytes before it, guessed until the young reads settle it.
+        self.guess = 0.0
 
     @property
     def until_ms(self) -> float:
         """Until when Kafka's throttle of the request would hold its connection, on what the reads
         since have shown."""
-        return self.at_ms + self.slack_ms + self.missed * self.per_byte_ms
+        missed = self.missed if self.missed > self.guess else self.guess
+        return self.at_ms + self.slack_ms + missed * self.per_byte_ms
 
     def __repr__(self) -> str:
         return (f"Owed(at_ms={self.at_ms}, slack_ms={self.slack_ms:.1f}, "
@@ -282,6 +286,10 @@ class Owed:
 
 
 OWED_PENDING = 4096  # a stat's requests still to settle, at most (the oldest are let go)
+# A stat's first reads, which may not yet show what the others recorded before it began: each
+# writes at its own sync, up to a sync interval later. A request made meanwhile owes for the
+# others' bytes guessed (as many as this replica's each, `_adopt`'s guess) until they settle it.
+YOUNG_READS = 2
 
 
 class SharedRate(AlignedCounts, Rate):
@@ -329,7 +337,13 @@ class SharedRate(AlignedCounts, Rate):
         _, span_s = self._others_in_window(now_ms + self.clock.offset_ms)
         owed = Owed(now_ms, (measured - bound) / bound * window_ms, window_ms / (span_s * bound),
                     self.reads, self.home.read_ms)
-        owed.fresh = self.part < 0
+        if self.reads < YOUNG_READS:
+            owed.fresh = True
+            # Young: the others' first bytes may not be in the store yet. Not told (a guess told
+            # is a mute that cannot be taken back: 10 replicas each taking the others to send
+            # nine times its first megabyte muted every client for seconds, and they came back
+            # together), but held for until the young reads show them (QuotaCharge.hold_ms).
+            owed.guess = max(0, self.home.live_replicas - 1) * float(self.window_bytes(now_ms)[0])
         pending = self.pending
         if len(pending) >= OWED_PENDING:
             del pending[: OWED_PENDING // 2]
@@ -357,21 +371,25 @@ class SharedRate(AlignedCounts, Rate):
         reads = self.reads
         still = []
         for owed in self.pending:
-            if owed.reads + 1 == reads:
-                if owed.fresh:
-                    # The stat's first read: the others' bytes of the samples before the last two
-                    # came before the request; those of the last two came at about the same time
-                    # as this replica's first ones (a fleet starting at once), and on one broker
-                    # a request would find some of them before it, in its place in that order,
-                    # drawn here. Taking them all before it, every replica held its clients
-                    # for all the others' first bytes, and together.
-                    owed.missed += new - new_recent + new_recent * self.home.rng.random()
-                    owed.into = 0.0
+            if owed.fresh:
+                # Made while the stat was young, settled by each young read (the first may not
+                # show every other replica's first bytes yet): the others' bytes of the samples
+                # before the last two came before the request; those of the last two came at
+                # about the same time as this replica's first ones (a fleet starting at once),
+                # and on one broker a request would find some of them before it, in its place in
+                # that order, drawn here. Taking them all before it, every replica held its
+                # clients for all the others' first bytes, and together.
+                owed.missed += new - new_recent + new_recent * self.home.rng.random()
+                owed.into = 0.0
+                if reads < YOUNG_READS:
+                    still.append(owed)
                 else:
-                    span = now_ms - owed.read_ms
-                    u = (owed.at_ms - owed.read_ms) / span if span > 0 else 1.0
-                    u = owed.into = 1.0 if u > 1.0 else 0.0 if u < 0.0 else u
-                    owed.missed += new * (1.0 - (1.0 - u) ** 2 / 2.0)
+                    owed.guess = 0.0  # settled: what the young reads showed, not the guess
+            elif owed.reads + 1 == reads:
+                span = now_ms - owed.read_ms
+                u = (owed.at_ms - owed.read_ms) / span if span > 0 else 1.0
+                u = owed.into = 1.0 if u > 1.0 else 0.0 if u < 0.0 else u
+                owed.missed += new * (1.0 - (1.0 - u) ** 2 / 2.0)
                 still.append(owed)
             else:
                 u = owed.into

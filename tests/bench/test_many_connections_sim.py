@@ -51,17 +51,21 @@ def test_over_issue_27s_span_too_the_proxy_holds_its_connections_as_kafkas_broke
 @pytest.mark.parametrize(("replicas", "connections"), [(3, 3), (3, 10), (10, 10)])
 def test_under_kafkas_throttle_a_fleet_holds_what_one_replica_holds(replicas: int, connections: int) -> None:
     """Issue 27: with the quota shared through the store, 3 and 10 replicas give the same
-    producers what one replica gives them over the long run: within 1.5% of the rate, and 0.1x
-    on the fullest window (means of 5 seeds; one seed's window moves by up to 0.07x). Each
+    producers what one replica gives them over the long run: within 1.5% of the rate, and 0.06x
+    on the fullest window (means of 10 seeds; one seed's window moves by up to 0.07x). Each
     throttle is settled at the store's reads (SharedRate.owe): predicted from each replica's own
     bytes instead, 3 replicas took 10% less than one, 10 replicas 28% less. With the others'
     bytes a rate from their oldest sample's start, not from their first bytes in it (as Kafka's
-    Rate), 10 replicas took 2.0% more than one (3 replicas 1.4%); now -0.5% to +0.8%."""
-    one = [simulate("proxy", connections, seconds=300.0, measured_from=20.0, seed=s) for s in range(1, 6)]
+    Rate), 10 replicas took 2.0% more than one (3 replicas 1.4%). Before a young stat held for a
+    guess of the others' first bytes (YOUNG_READS), each replica let its clients' first
+    megabytes in before it had read the others', and 3 replicas' fullest windows (in the first
+    minute) were 0.12x fuller than one replica's; now -1.2% to +0.0% and -0.03x to +0.03x."""
+    seeds = range(1, 11)
+    one = [simulate("proxy", connections, seconds=300.0, measured_from=20.0, seed=s) for s in seeds]
     fleet = [simulate("proxy", connections, replicas=replicas, seconds=300.0, measured_from=20.0, seed=s)
-             for s in range(1, 6)]
+             for s in seeds]
     assert mean(f.rate for f in fleet) == pytest.approx(mean(o.rate for o in one), rel=0.015)
-    assert mean(f.worst for f in fleet) == pytest.approx(mean(o.worst for o in one), abs=0.1)
+    assert mean(f.worst for f in fleet) == pytest.approx(mean(o.worst for o in one), abs=0.06)
 
 
 def test_a_consumer_group_is_held_as_kafkas_broker_holds_it() -> None:
