@@ -9,6 +9,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from kafka_quota_proxy.config import HostPort, Settings
+from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece
 from kafka_quota_proxy.protocol.headers import frame_response
 from kafka_quota_proxy.proxy.chain import Pipeline
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
@@ -26,9 +27,10 @@ from kafka_quota_proxy.proxy.datapath.actions import (
 )
 from kafka_quota_proxy.proxy.datapath.core import ConnectionCore
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause
+from kafka_quota_proxy.proxy.datapath.streaming import response_head, response_piece
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.usage_log import UsageMeter
-from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
+from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from tests.proxy.conftest import produce_acks0_v3, request_frame
@@ -284,3 +286,69 @@ def test_a_drain_ends_after_the_last_response() -> None:
     assert conn.took() == [ToBroker([metadata(1)]), READ_OFF]
     core.response(memoryview(answer(1)), 0.2)
     assert conn.took() == [ToClient(answer(1)), CANCEL_WAITS, READ_ON, LINGER]
+
+
+FETCH = 1
+
+
+def fetch(correlation_id: int) -> bytes:
+    return request_frame(FETCH, 4, correlation_id)
+
+
+def test_a_large_fetch_response_is_written_on_as_it_arrives() -> None:
+    conn = Connection()
+    core = conn.core
+    core.client_bytes(fetch(1) + metadata(2), 0.0)
+    conn.took()
+    whole = answer(1, b"\x00" * 1000)
+    response_head(core, FrameHead(whole[:100], len(whole)), 0.1)
+    assert conn.took() == [ToClient(whole[:100])]  # cut through: its head goes on at once
+    response_piece(core, FramePiece(memoryview(whole[100:600]), last=False), 0.1)
+    core.response(memoryview(answer(2)), 0.1)  # the next answer waits for the rest of this one
+    response_piece(core, FramePiece(memoryview(whole[600:]), last=True), 0.2)
+    assert conn.took() == [ToClient(whole[100:600]), ToClient(whole[600:]), ToClient(answer(2))]
+
+
+class HoldsMetadata(ResponseStage):
+    """Holds a Metadata response until `later` is done (as a delegation token's owner is asked of
+    the broker before its response goes out, sasl_inspect.py)."""
+
+    api_keys = frozenset({METADATA})
+
+    def __init__(self) -> None:
+        self.later: Future[None] = Future()
+
+    def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | None:
+        ctx.hold = self.later  # type: ignore[assignment]
+        return None
+
+
+def test_a_large_response_behind_a_held_one_is_gathered_whole_and_goes_out_in_its_turn() -> None:
+    held = HoldsMetadata()
+    conn = Connection(host=Host(Pipeline(request=[], response=[held])))
+    core = conn.core
+    core.client_bytes(metadata(1) + fetch(2), 0.0)
+    core.response(memoryview(answer(1)), 0.1)
+    (forwarded, off, wait) = conn.took()
+    assert forwarded == ToBroker([metadata(1), fetch(2)]) and off == READ_OFF
+    assert isinstance(wait, AwaitWork) and wait.reason is Pause.HELD_RESPONSE
+    whole = answer(2, b"\x01" * 1000)
+    response_head(core, FrameHead(whole[:100], len(whole)), 0.1)
+    response_piece(core, FramePiece(memoryview(whole[100:]), last=True), 0.2)
+    assert conn.took() == []  # nothing written before the held answer
+    held.later.set_result(None)
+    core.settled(wait.token, None, 0.3)
+    assert conn.took() == [READ_ON, ToClient(answer(1)), ToClient(whole)]
+
+
+def test_a_broker_lost_mid_response_ends_the_connection() -> None:
+    conn = Connection()
+    core = conn.core
+    core.client_bytes(fetch(1), 0.0)
+    conn.took()
+    whole = answer(1, b"\x00" * 1000)
+    response_head(core, FrameHead(whole[:100], len(whole)), 0.1)
+    response_piece(core, FramePiece(memoryview(whole[100:300]), last=False), 0.1)
+    core.broker_lost("connection reset")
+    # The client has part of a response it can never finish: its connection is closed.
+    assert conn.took() == [ToClient(whole[:100]), ToClient(whole[100:300]), CLOSE]

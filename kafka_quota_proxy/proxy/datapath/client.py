@@ -24,6 +24,7 @@ from typing import Any, cast
 from kafka_quota_proxy.config import HostPort
 from kafka_quota_proxy.identity.ssl_rules import NoMatchingRule
 from kafka_quota_proxy.protocol.errors import ProtocolError
+from kafka_quota_proxy.protocol.framing import FrameHead, FramePiece
 from kafka_quota_proxy.protocol.proxy_protocol import ProxyHeader, ProxyHeaderParser, ProxyHeaderTimeout
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo
@@ -41,9 +42,10 @@ from kafka_quota_proxy.proxy.datapath.actions import (
 from kafka_quota_proxy.proxy.datapath.core import ConnectionCore
 from kafka_quota_proxy.proxy.datapath.host import ConnectionHost
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause
-from kafka_quota_proxy.proxy.datapath.responses import BadResponse, Pending, describe_request
-from kafka_quota_proxy.proxy.datapath.splice import Splice, plain_socket_fd
-from kafka_quota_proxy.proxy.datapath.streaming import StreamingResponses
+from kafka_quota_proxy.proxy.datapath.responses import BadResponse, describe_request
+from kafka_quota_proxy.proxy.datapath.splice import plain_socket_fd
+from kafka_quota_proxy.proxy.datapath.splicing import Splicing
+from kafka_quota_proxy.proxy.datapath.streaming import response_head, response_piece
 from kafka_quota_proxy.proxy.datapath.upstream import UpstreamConnection, half_close, open_upstream_connection
 
 log = logging.getLogger("kafka_quota_proxy.connection")
@@ -57,7 +59,7 @@ def header_deadline(proxy: ConnectionHost, expired: Callable[[], None]) -> async
     return proxy.loop.call_later(proxy.settings.proxy_protocol_timeout_seconds, expired)
 
 
-class ClientConnection(StreamingResponses, asyncio.Protocol):
+class ClientConnection(asyncio.Protocol):
     """A Kafka client's connection to one proxy listener."""
 
     def __init__(self, proxy: ConnectionHost, listener: str,
@@ -71,9 +73,7 @@ class ClientConnection(StreamingResponses, asyncio.Protocol):
         self.core = ConnectionCore(proxy, self.info, self._act)  # the connection's rules
         self._linger_timer: asyncio.TimerHandle | None = None
         self._early: list[bytes] = []  # bytes that arrived before the upstream connection did
-        self._streaming: Pending | None = None  # the request whose large response is arriving
-        self._splice: Splice | None = None  # moving the rest of that response (splice.py)
-        self._fd: int | None = None  # the socket's descriptor when splices may write to it
+        self._splicing: Splicing | None = None  # where splices may write to the socket
         self._corked: list[bytes | memoryview] | None = None  # writes held for one writev
         # The timers that end a wait on time, one per reason (`WaitUntil`): a throttle, a paced turn.
         self._timers: dict[Pause, asyncio.TimerHandle] = {}
@@ -93,7 +93,9 @@ class ClientConnection(StreamingResponses, asyncio.Protocol):
         if isinstance(peer, tuple):
             self.info.set_address(str(peer[0]), int(peer[1]))
         if self.proxy.splicing:
-            self._fd = plain_socket_fd(transport)
+            fd = plain_socket_fd(transport)
+            if fd is not None:
+                self._splicing = Splicing(self.proxy, self.core, self.transport, fd)
         self.proxy.connection_opened(self)
         if self.proxied is not None:
             self._use_proxy_header(self.proxied)
@@ -247,6 +249,22 @@ class ClientConnection(StreamingResponses, asyncio.Protocol):
         """Called by the upstream connection for each complete response frame."""
         self.core.response(frame, self.proxy.loop.time())
 
+    def on_response_head(self, head: FrameHead) -> None:
+        """The start of a large response (StreamingFrameDecoder): see streaming.py."""
+        response_head(self.core, head, self.proxy.loop.time())
+
+    def on_response_piece(self, piece: FramePiece) -> None:
+        response_piece(self.core, piece, self.proxy.loop.time())
+
+    def splice_rest(self, upstream: UpstreamConnection) -> None:
+        """Called after each read from the broker (splicing.py)."""
+        if self._splicing is not None:
+            self._splicing.rest(upstream)
+
+    def _stop_splice(self) -> None:
+        if self._splicing is not None:
+            self._splicing.stop()
+
     def broker_busy(self, busy: bool) -> None:
         """The broker is not reading this connection's requests (`busy`), or reads them again:
         reading the client's stops meanwhile."""
@@ -343,11 +361,7 @@ class ClientConnection(StreamingResponses, asyncio.Protocol):
         self.close()
 
     def upstream_lost(self, reason: str | None) -> None:
-        if not self.core.closed and not self.core.lingering:
-            if reason:
-                log.info("closing connection from %s: broker connection lost: %s",
-                            self.info.describe(), reason)
-            self.close()
+        self.core.broker_lost(reason)
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -356,7 +370,7 @@ class ClientConnection(StreamingResponses, asyncio.Protocol):
         the write buffer as the client takes from it, and a splice's progress."""
         transport = self.transport
         return (self.io_count, transport.get_write_buffer_size() if transport is not None else 0,
-                self._splice.moved if self._splice is not None else 0)
+                self._splicing.moved if self._splicing is not None else 0)
 
     def owed(self) -> bool:
         """Whether the connection waits on the proxy or the broker rather than on its client, and

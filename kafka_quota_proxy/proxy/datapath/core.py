@@ -2,18 +2,12 @@
 
 The shell (client.py) tells the core what happened, with the loop's time: bytes read from the
 client, a response from the broker, a wait's end, work done elsewhere. The core decides, and
-emits what is to be done, in order, as actions the shell carries out: frames to the broker
-(`ToBroker`), bytes to the client (`ToClient`), reading paused or resumed (`Reading`), a wait
-until a time (`WaitUntil`) or on work done elsewhere (`AwaitWork`), waits called off
-(`CANCEL_WAITS`), the end (`LINGER`, `CLOSE`). Tests feed it bytes on a fake clock and read the
-actions (tests/proxy/test_core.py).
-
-What it keeps: the requests read and not yet handled (`Intake`), the order responses go out in
-and the acks=0 Produce requests a broker may answer (`ResponseQueue`), the throttle's mute
-(`Mute`), and why reading is paused (`reasons`, `Pause` members only). Every wait is one of two
-kinds: until a time, for a reason (a throttle's mute, a paced quota's turn, a local answer held
-back), or until work done elsewhere is done, for a reason (a PLAIN password checked on a worker
-thread, a delegation token's owner asked of the broker). Reading stops while any reason holds.
+emits the actions the shell is to carry out, in order (actions.py). Tests feed it bytes on a fake
+clock and read the actions (tests/proxy/test_core.py). It keeps the requests read and not yet
+handled (`Intake`), the response order (`ResponseQueue`), the throttle's mute (`Mute`), and why
+reading is paused (`reasons`). Every wait is for a `Pause` reason, until a time (a throttle, a
+paced turn, an answer held back) or until work done elsewhere is (a PLAIN password checked on a
+worker thread, a delegation token's owner asked of the broker).
 """
 
 from __future__ import annotations
@@ -50,7 +44,7 @@ from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue, unasked_answ
 from kafka_quota_proxy.proxy.datapath.intake import Intake, holds
 from kafka_quota_proxy.proxy.datapath.local_answers import answer_locally, legacy_token
 from kafka_quota_proxy.proxy.datapath.mute import Mute
-from kafka_quota_proxy.proxy.datapath.read_gate import Pause
+from kafka_quota_proxy.proxy.datapath.read_gate import HELD_BY_PROXY, Pause
 from kafka_quota_proxy.proxy.datapath.responses import BadResponse, Pending, check_correlation
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 
@@ -83,6 +77,7 @@ class ConnectionCore:
         self.draining = False
         self.lingering = False  # drained: half-closed, dropping input until the client closes
         self.closed = False
+        self.streaming: Pending | None = None  # the request whose large response is arriving
         self._work: dict[int, tuple[Pause, Callable[[], None]]] = {}  # awaited, by token
         self._tokens = count()
         self._delayed: list[tuple[float, int, Pending, bytes]] = []  # answers held back, a heap
@@ -415,6 +410,15 @@ class ConnectionCore:
 
     # -- the end ----------------------------------------------------------------------------
 
+    def broker_lost(self, reason: str | None) -> None:
+        """The broker's connection ended (`reason`, when not after the client's): no answer
+        will come, and a response cut short cannot be finished, so this connection ends too."""
+        if not self.closed and not self.lingering:
+            if reason:
+                log.info("closing connection from %s: broker connection lost: %s",
+                         self.info.describe(), reason)
+            self.emit(CLOSE)
+
     def begin_drain(self, now: float) -> None:
         """Stop reading new requests; close once every in-flight request has its response."""
         self.now = now
@@ -442,7 +446,3 @@ class ConnectionCore:
         handled, a drain under way (for the idle sweep, `ClientConnection.owed`)."""
         return (self.draining or self.lingering or self.closed or bool(self.intake.held)
                 or not self.reasons.isdisjoint(HELD_BY_PROXY))
-
-
-# What keeps a connection busy though it waits (`held_by_proxy`): held by the proxy, not by its client.
-HELD_BY_PROXY = frozenset((Pause.THROTTLE, Pause.AUTHENTICATING, Pause.HELD_RESPONSE))

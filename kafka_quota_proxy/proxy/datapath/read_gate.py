@@ -23,6 +23,11 @@ class Pause(StrEnum):
     UPSTREAM_BUSY = "upstream-busy"  # upstream.py: the broker is not reading the requests
 
 
+# What keeps a connection busy though it waits (`ConnectionCore.held_by_proxy`): held by the
+# proxy, not by its client.
+HELD_BY_PROXY = frozenset((Pause.THROTTLE, Pause.AUTHENTICATING, Pause.HELD_RESPONSE))
+
+
 class ReadGate:
     """Pauses a transport's reading while any reason to pause holds."""
 
