@@ -16,7 +16,8 @@ from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Resolution, Tags
 from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
-from kafka_quota_proxy.quota.shared import Owed, SharedFetchRate, SharedRate
+from kafka_quota_proxy.quota.shared_fetch import SharedFetchRate
+from kafka_quota_proxy.quota.shared_rate import Owed, SharedRate
 from kafka_quota_proxy.quota.throttle import (
     INT_MAX,
     java_round,

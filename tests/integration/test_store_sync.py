@@ -19,7 +19,8 @@ from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
-from kafka_quota_proxy.quota.shared import SharedRate, bucket_of
+from kafka_quota_proxy.quota.shared import bucket_of
+from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.turns import Turns
 
 pytestmark = pytest.mark.integration

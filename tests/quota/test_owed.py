@@ -23,7 +23,8 @@ from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ChargeHandle, ClientQuotaManager
 from kafka_quota_proxy.quota.resolution import QuotaStore
-from kafka_quota_proxy.quota.shared import SharedQuotas, SharedRate
+from kafka_quota_proxy.quota.shared import SharedQuotas
+from kafka_quota_proxy.quota.shared_rate import SharedRate
 from tests.quota.test_shared import Sums
 
 QUOTA = 1_000_000.0

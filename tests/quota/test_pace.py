@@ -8,12 +8,13 @@ import math
 
 import pytest
 
+from kafka_quota_proxy.quota.aligned import StoreClock
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
-from kafka_quota_proxy.quota.shared import SharedQuotas, StoreClock, sensor_key_text
+from kafka_quota_proxy.quota.shared import SharedQuotas, sensor_key_text
 from tests.quota.test_shared import Sums
 
 CONFIG = MetricConfig(samples=11, window_ms=1000)  # Kafka's: (N-1) W = 10 s of first allowance

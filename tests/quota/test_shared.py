@@ -15,20 +15,15 @@ from hypothesis import strategies as st
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.quota.aligned import StoreClock
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
-from kafka_quota_proxy.quota.shared import (
-    ScopedShared,
-    SharedFetchRate,
-    SharedQuotas,
-    SharedRate,
-    StoreClock,
-    bucket_of,
-    sensor_key_text,
-)
+from kafka_quota_proxy.quota.shared import ScopedShared, SharedQuotas, bucket_of, sensor_key_text
+from kafka_quota_proxy.quota.shared_fetch import SharedFetchRate
+from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
 from kafka_quota_proxy.quota.topics import Leadership, TopicQuotaManager
 

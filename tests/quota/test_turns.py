@@ -4,18 +4,14 @@ the store's answers are given by hand (`Turns.answered`), as the sync hands them
 
 from __future__ import annotations
 
+from kafka_quota_proxy.quota.aligned import StoreClock
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
-from kafka_quota_proxy.quota.shared import (
-    ScopedShared,
-    SharedFetchRate,
-    SharedQuotas,
-    StoreClock,
-    sensor_key_text,
-)
+from kafka_quota_proxy.quota.shared import ScopedShared, SharedQuotas, sensor_key_text
+from kafka_quota_proxy.quota.shared_fetch import SharedFetchRate
 from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
 from kafka_quota_proxy.quota.turns import GRACE_READS, TURN_READS, Turns
 from tests.quota.test_shared import Sums

@@ -28,7 +28,7 @@ from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.rate import Rate
 from kafka_quota_proxy.quota.resolution import sanitize_user
-from kafka_quota_proxy.quota.shared import SharedRate
+from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
 
 P = METRIC_PREFIX
