@@ -1,5 +1,5 @@
-"""Kafka's quota managers, clock injected: byte rate (Produce, Fetch), request time, controller
-mutations, and the per-IP connection creation rate.
+"""Kafka's quota managers, clock injected: byte rate (Produce, Fetch) and request time; controller
+mutations in mutations.py, the per-IP connection creation rate in connections.py.
 
 Each one resolves the sensor and the quota (resolution.py), records into a `Rate` or
 `TokenBucket` held by a `Sensors` store, and turns a violation into a throttle time (throttle.py).
@@ -8,11 +8,10 @@ Throttle times returned here are >= 0 and fit in an int32 `throttle_time_ms` fie
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from typing import cast
 
-from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
+from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Resolution, Tags
 from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
@@ -22,15 +21,10 @@ from kafka_quota_proxy.quota.throttle import (
     INT_MAX,
     java_round,
     rate_throttle_time_ms,
-    token_bucket_throttle_time_ms,
 )
-from kafka_quota_proxy.quota.token_bucket import TokenBucket
 
 # ClientRequestQuotaManager.NanosToPercentagePerSecond: 1 s of one thread is 100 %.
 NANOS_TO_PERCENTAGE_PER_SECOND = 100.0 / 1_000_000_000
-
-# QuotaConfig.IP_CONNECTION_RATE_DEFAULT: an IP limit of Int.MAX_VALUE means "not enforced".
-IP_CONNECTION_RATE_DEFAULT = 2**31 - 1
 
 
 # A connection's requests whose throttles are kept to settle (ChargeHandle.owed): a Produce is
@@ -39,7 +33,7 @@ IP_CONNECTION_RATE_DEFAULT = 2**31 - 1
 OWED_KEPT = 8
 
 
-def _clamp_throttle(ms: int) -> int:
+def clamp_throttle(ms: int) -> int:
     # Kafka narrows its long throttle with .toInt, which wraps on overflow; clamp instead.
     return 0 if ms < 0 else INT_MAX if ms > INT_MAX else ms
 
@@ -50,7 +44,7 @@ def time_ms_to_percentage(time_ms: float) -> float:
     return time_ms * 1000 * 1000 * NANOS_TO_PERCENTAGE_PER_SECOND
 
 
-class _ResolvedQuota:
+class ResolvedQuota:
     """What every (user, client-id) quota manager shares: the key, its sensors, and the
     resolution of a client to its shared sensor and bound."""
 
@@ -97,7 +91,7 @@ class ChargeHandle:
         self.owed: list[Owed] = []
 
 
-class ClientQuotaManager(_ResolvedQuota):
+class ClientQuotaManager(ResolvedQuota):
     """One client quota type (`producer_byte_rate`, `consumer_byte_rate`; `request_percentage`
     through `ClientRequestQuotaManager`), as Kafka's ClientQuotaManager.
 
@@ -138,7 +132,7 @@ class ClientQuotaManager(_ResolvedQuota):
         rate: Rate = sensor.stat  # type: ignore[assignment]  # (no cast() call on this path)
         rate.record(value, now_ms)
         if paced and bound is not None:
-            return _clamp_throttle(math.ceil(rate.pace(value, bound, now_ms) - now_ms))
+            return clamp_throttle(math.ceil(rate.pace(value, bound, now_ms) - now_ms))
         if bound is None:
             return 0
         if self.key is QuotaKey.CONSUMER_BYTE_RATE and rate.takes_turns():
@@ -146,7 +140,7 @@ class ClientQuotaManager(_ResolvedQuota):
             measured, decided = fetch_rate.fetch_turn(now_ms, value, bound)
             if decided is not None:
                 return decided
-            throttle = _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms,
+            throttle = clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms,
                                                              self.max_throttle_ms))
             fetch_rate.muted(now_ms, now_ms + throttle)
             return throttle
@@ -173,7 +167,7 @@ class ClientQuotaManager(_ResolvedQuota):
             measured, decided = rate.judge_fetch(now_ms, value, measured, bound)
             if decided is not None:
                 return decided
-        return _clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
+        return clamp_throttle(rate_throttle_time_ms(rate, measured, bound, now_ms, self.max_throttle_ms))
 
     def paced_wait_ms(self, user: str, client_id: str | None, now_ms: float,
                       handles: dict[object, ChargeHandle] | None = None, admit: bool = False) -> int:
@@ -192,7 +186,7 @@ class ClientQuotaManager(_ResolvedQuota):
         if admit:
             rate.paced_at(found[1])
         wait = rate.admit_wait_ms(now_ms) if admit else rate.paced_wait_ms(now_ms)
-        return _clamp_throttle(math.ceil(wait)) if wait > 0 else 0
+        return clamp_throttle(math.ceil(wait)) if wait > 0 else 0
 
     def owed_wait_ms(self, handles: dict[object, ChargeHandle], now_ms: float) -> int:
         """(Kafka's mode, the quota shared with other replicas) How long the connection whose
@@ -218,7 +212,7 @@ class ClientQuotaManager(_ResolvedQuota):
         if until <= now_ms:
             return 0
         # Rounded as the throttle told is (java_round): what was told and paid is not owed again.
-        wait = _clamp_throttle(java_round(until - now_ms))
+        wait = clamp_throttle(java_round(until - now_ms))
         if guessed:
             # Held for a guess of the others' first bytes: asked again at the next read, which
             # may show them.
@@ -247,7 +241,7 @@ class ClientQuotaManager(_ResolvedQuota):
         if found is None or found[1] <= 0:
             return 0
         rate, bound = found
-        return _clamp_throttle(math.ceil(rate.pace_ms(size, bound, now_ms)))
+        return clamp_throttle(math.ceil(rate.pace_ms(size, bound, now_ms)))
 
     def _made(self, user: str, client_id: str | None, now_ms: float) -> tuple[Rate, float] | None:
         """The client's sensor, made if it has none, and its quota; None where no quota applies
@@ -345,228 +339,3 @@ class ClientRequestQuotaManager(ClientQuotaManager):
 
     def exempt_request_time(self, now_ms: float) -> float:
         return self._exempt.measure(now_ms)
-
-
-class ControllerMutationQuota:
-    """The mutation quota of one request (Kafka's ControllerMutationQuota), from
-    `ControllerMutationQuotaManager.new_quota_for`. It remembers its last throttle so that the
-    response, sent later, reports what is left of it. This base class is the unbounded quota used
-    when no quota applies: it accepts everything and never throttles."""
-
-    __slots__ = ("_last_throttle_ms", "_last_recorded_ms")
-
-    def __init__(self) -> None:
-        self._last_throttle_ms = 0
-        self._last_recorded_ms: float = 0
-
-    @property
-    def is_exceeded(self) -> bool:
-        return False
-
-    def record(self, permits: float, now_ms: float) -> bool:
-        """Charge `permits`; False if rejected (THROTTLING_QUOTA_EXCEEDED, strict only)."""
-        return True
-
-    def _update_throttle(self, tokens: float, rate_per_s: float, now_ms: float) -> None:
-        self._last_throttle_ms = token_bucket_throttle_time_ms(tokens, rate_per_s)
-        self._last_recorded_ms = now_ms
-
-    def throttle_time_ms(self, now_ms: float) -> int:
-        """The last throttle, less the time since it was computed: max(0, last - (now - then))."""
-        return _clamp_throttle(java_round(self._last_throttle_ms - (now_ms - self._last_recorded_ms)))
-
-
-class StrictControllerMutationQuota(ControllerMutationQuota):
-    """Strict (CreateTopics v6+, CreatePartitions v3+, DeleteTopics v5+): rejects without
-    recording once the bucket is below zero; otherwise records the full amount, however large."""
-
-    __slots__ = ("_bucket",)
-
-    def __init__(self, bucket: TokenBucket) -> None:
-        super().__init__()
-        self._bucket = bucket
-
-    @property
-    def is_exceeded(self) -> bool:
-        return self._last_throttle_ms > 0
-
-    def record(self, permits: float, now_ms: float) -> bool:
-        bucket = self._bucket
-        tokens = bucket.tokens(now_ms)
-        if tokens < 0:
-            self._update_throttle(tokens, bucket.rate_per_s, now_ms)
-            return False
-        bucket.record(permits, now_ms)
-        return True
-
-
-class PermissiveControllerMutationQuota(ControllerMutationQuota):
-    """Permissive (older versions, auto topic creation): always records, throttles when below zero."""
-
-    __slots__ = ("_bucket",)
-
-    def __init__(self, bucket: TokenBucket) -> None:
-        super().__init__()
-        self._bucket = bucket
-
-    def record(self, permits: float, now_ms: float) -> bool:
-        bucket = self._bucket
-        bucket.record(permits, now_ms)
-        tokens = bucket.tokens(now_ms)
-        if tokens < 0:
-            self._update_throttle(tokens, bucket.rate_per_s, now_ms)
-        return True
-
-
-UNBOUNDED_CONTROLLER_MUTATION_QUOTA = ControllerMutationQuota()
-
-
-class ControllerMutationQuotaManager(_ResolvedQuota):
-    """`controller_mutation_rate` (KIP-599): a token bucket per shared (user, client-id) sensor,
-    refilled at the quota in partitions per second, with a burst of N * W * Q."""
-
-    def __init__(self, store: QuotaStore, config: MetricConfig, sensors: Sensors,
-                 stats: StatFactory | None = None) -> None:
-        super().__init__(QuotaKey.CONTROLLER_MUTATION_RATE, store, config, sensors, stats)
-
-    def _bucket(self, user: str, client_id: str | None, now_ms: float) -> TokenBucket | None:
-        if not self.resolver.quotas_enabled:
-            return None
-        res = self.resolver.resolve(user, client_id)
-        bound = res.quota
-        if bound is None:
-            return None  # Kafka's bound would be Long.MAX_VALUE: never below zero
-        make = self.stats.bucket
-        key = res.sensor_key
-        bucket = self.sensors.get_or_create(key, now_ms, lambda: make(key, bound))
-        if bucket is not None:
-            bucket.rate_per_s = bound  # a changed quota applies from the next refill, as in Kafka
-        return bucket
-
-    def new_quota_for(self, user: str, client_id: str | None, strict: bool,
-                      now_ms: float) -> ControllerMutationQuota:
-        """The quota for one request: strict or permissive, or unbounded when no quota applies."""
-        bucket = self._bucket(user, client_id, now_ms)
-        if bucket is None:
-            return UNBOUNDED_CONTROLLER_MUTATION_QUOTA
-        return StrictControllerMutationQuota(bucket) if strict else PermissiveControllerMutationQuota(bucket)
-
-    def record_strict(self, user: str, client_id: str | None, permits: float,
-                      now_ms: float) -> tuple[bool, int]:
-        """Check, then record all of `permits`: (accepted, throttle ms). Rejected means the bucket was
-        already below zero; nothing is recorded then."""
-        q = self.new_quota_for(user, client_id, True, now_ms)
-        accepted = q.record(permits, now_ms)
-        return accepted, q.throttle_time_ms(now_ms)
-
-    def record_permissive(self, user: str, client_id: str | None, permits: float, now_ms: float) -> int:
-        """Record `permits` and return the throttle (0 unless the bucket is below zero)."""
-        q = self.new_quota_for(user, client_id, False, now_ms)
-        q.record(permits, now_ms)
-        return q.throttle_time_ms(now_ms)
-
-    def tokens(self, user: str, client_id: str | None, now_ms: float) -> float | None:
-        """The credits left on this client's bucket (the `tokens` metric), None if it has none."""
-        res = self.resolver.resolve(user, client_id)
-        stat = self.sensors.get(res.sensor_key, now_ms)
-        return None if stat is None else cast(TokenBucket, stat).tokens(now_ms)
-
-
-def normalize_ip(name: str) -> str:
-    """An address's canonical text, so `::ffff:10.0.0.1` and `10.0.0.1` are one entity, as Java's
-    InetAddress makes them. Host names are kept as given (resolving them is I/O)."""
-    try:
-        addr = ipaddress.ip_address(name)
-    except ValueError:
-        return name
-    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
-        return str(addr.ipv4_mapped)
-    return str(addr)
-
-
-def _java_int(value: float) -> int:
-    # Kafka reads the limit as an Int: (int) of a double truncates and saturates.
-    if value != value:
-        return 0
-    if value >= IP_CONNECTION_RATE_DEFAULT:
-        return IP_CONNECTION_RATE_DEFAULT
-    if value <= -(2**31):
-        return -(2**31)
-    return int(value)
-
-
-class ConnectionQuotas:
-    """Per-IP `connection_creation_rate` (KIP-612): an IP's own limit, else the `<default>` IP's.
-
-    A connection over the limit is not counted and is closed, without reading, after the throttle
-    time, min((O - T)/T * window, W) ms. A limit of 0 throttles every connection for W ms.
-    """
-
-    def __init__(self, store: QuotaStore, config: MetricConfig, sensors: Sensors,
-                 max_cached: int = 100_000) -> None:
-        self.store = store
-        self.config = config
-        self.sensors = sensors
-        self.max_throttle_ms = config.window_ms
-        self.max_cached = max_cached
-        self._new_rate = lambda: Rate(config)
-        self._version = -1
-        self._limits: dict[str, int] = {}
-        self._default: int = IP_CONNECTION_RATE_DEFAULT
-        self._cache: dict[str, tuple[str, int]] = {}  # ip as given -> (normalized, limit)
-
-    def _refresh(self) -> None:
-        if self.store.version == self._version:
-            return
-        limits: dict[str, int] = {}
-        default = IP_CONNECTION_RATE_DEFAULT
-        for entity, value in self.store.items_for(QuotaKey.CONNECTION_CREATION_RATE):
-            if entity.ip is None:
-                continue
-            if entity.ip == DEFAULT:
-                default = _java_int(value)
-            else:
-                limits[normalize_ip(entity.ip)] = _java_int(value)
-        self._limits = limits
-        self._default = default
-        self._cache = {}
-        self._version = self.store.version
-
-    def _lookup(self, ip: str) -> tuple[str, int]:
-        self._refresh()
-        hit = self._cache.get(ip)
-        if hit is None:
-            norm = normalize_ip(ip)
-            hit = (norm, self._limits.get(norm, self._default))
-            if len(self._cache) >= self.max_cached:
-                self._cache = {}
-            self._cache[ip] = hit
-        return hit
-
-    def connection_rate_for_ip(self, ip: str) -> int | None:
-        """The enforced limit for `ip`, None when not enforced (no quota, or Int.MAX_VALUE)."""
-        limit = self._lookup(ip)[1]
-        return None if limit == IP_CONNECTION_RATE_DEFAULT else limit
-
-    def on_accept(self, ip: str, now_ms: float) -> int:
-        """Count a new connection from `ip`: 0 to keep it, or the delay in ms after which to close
-        it unread (it is then not counted)."""
-        norm, limit = self._lookup(ip)
-        if limit == IP_CONNECTION_RATE_DEFAULT:
-            return 0
-        rate = self.sensors.get_or_create(("ip", norm), now_ms, self._new_rate)
-        if rate is None:
-            return 0  # entity cap reached: not measured, so accepted (counted in `dropped`)
-        rate.record(1.0, now_ms)
-        measured = rate.measure(now_ms)
-        if measured > limit:
-            throttle = rate_throttle_time_ms(rate, measured, limit, now_ms, self.max_throttle_ms)
-            if throttle > 0:
-                rate.record(-1.0, now_ms)  # the connection is refused, so it does not count
-                return throttle
-        return 0
-
-    def measure(self, ip: str, now_ms: float) -> float:
-        """The current connection creation rate of `ip` (0.0 if not measured)."""
-        stat = self.sensors.get(("ip", self._lookup(ip)[0]), now_ms)
-        return 0.0 if stat is None else cast(Rate, stat).measure(now_ms)

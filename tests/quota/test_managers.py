@@ -6,18 +6,19 @@ import math
 
 import pytest
 
+from kafka_quota_proxy.quota.connections import ConnectionQuotas, normalize_ip
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import (
-    UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
     ChargeHandle,
     ClientQuotaManager,
     ClientRequestQuotaManager,
-    ConnectionQuotas,
+    time_ms_to_percentage,
+)
+from kafka_quota_proxy.quota.mutations import (
+    UNBOUNDED_CONTROLLER_MUTATION_QUOTA,
     ControllerMutationQuotaManager,
     PermissiveControllerMutationQuota,
     StrictControllerMutationQuota,
-    normalize_ip,
-    time_ms_to_percentage,
 )
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QuotaStore
