@@ -41,8 +41,8 @@ from typing import Any
 
 from bench.store_script import SYNC_SCRIPT_BATCHED, bucket_keys, sync_args
 from devkit.valkey import ValkeyServer, encode_command
+from kafka_quota_proxy.proxy.store.calls import bucket_call
 from kafka_quota_proxy.proxy.store.scripts import SYNC_BUCKET
-from kafka_quota_proxy.proxy.store.sync import bucket_call
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.shared import SyncBatch, sensor_key_text
 

@@ -6,7 +6,8 @@ import asyncio
 import time
 
 from kafka_quota_proxy.config.store_settings import StoreSettings
-from kafka_quota_proxy.proxy.store.sync import StoreSync, _reason
+from kafka_quota_proxy.proxy.store.calls import reason_of
+from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.shared import SharedQuotas
 
@@ -29,6 +30,6 @@ async def probe(settings: StoreSettings) -> tuple[bool, str]:
         return True, (f"OK: {name} {version} at {settings.redacted_url}, a sync in {took:.1f} ms, "
                       f"{sync.shared.live_replicas} replica(s) with a heartbeat")
     except Exception as exc:  # noqa: BLE001 - any failure is the probe's answer
-        return False, f"FAILED: {settings.redacted_url}: {_reason(exc)}"
+        return False, f"FAILED: {settings.redacted_url}: {reason_of(exc)}"
     finally:
         await sync.close()

@@ -27,7 +27,16 @@ from typing import Any, Protocol
 
 from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.store import scripts
-from kafka_quota_proxy.quota.rate import MetricConfig
+from kafka_quota_proxy.proxy.store.calls import (
+    TurnCall,
+    bucket_call,
+    connect,
+    no_script_error,
+    reason_of,
+    text,
+    turn_calls,
+    turns_answered,
+)
 from kafka_quota_proxy.quota.shared import SharedIds, SharedQuotas, SyncBatch, bucket_of
 from kafka_quota_proxy.quota.turns import Turns
 
@@ -35,10 +44,6 @@ log = logging.getLogger("kafka_quota_proxy.store")
 
 
 CONFIRM_S = 0.02  # how long the watchdog waits to look again before it degrades the replica
-
-
-# One `TAKE_TURNS` call: its keys, its arguments, the keys it claims in the order it answers.
-TurnCall = tuple[list[str], list[Any], list[str]]
 
 
 def monotonic_ms() -> float:
@@ -71,43 +76,6 @@ class SharedConfig(Protocol):
     def all_fields(self) -> list[tuple[str, str]]: ...
 
     def adopt_shared(self, fields: dict[str, str]) -> list[str]: ...
-
-
-def _no_script_error() -> type[Exception]:
-    from redis.exceptions import NoScriptError
-
-    return NoScriptError
-
-
-def connect(settings: StoreSettings) -> Any:
-    """A redis-py asyncio client (standalone or Cluster) for `settings.url`."""
-    import redis.asyncio as redis
-    from redis.asyncio.cluster import RedisCluster
-
-    url = settings.url
-    for ours, theirs in (("valkeys://", "rediss://"), ("valkey://", "redis://")):
-        if url.startswith(ours):
-            url = theirs + url[len(ours):]
-    timeout = settings.timeout_ms / 1000
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    # No retries inside the client: a failed sync is retried by the next one, which writes the
-    # same absolute counts, and a client retrying with backoff would outlast the sync interval.
-    # No socket_timeout either (redis-py's default is 5 s): every call runs inside the sync's own
-    # asyncio.timeout, and with one redis-py sends through asyncio.wait_for, which on Python 3.11
-    # drops a cancel that lands as the send completes (gh-86296). The sync task then outlived its
-    # cancel at shutdown and the worker never stopped (CI; a dump showed it cancelled, syncing).
-    kwargs: dict[str, Any] = {"socket_timeout": None, "socket_connect_timeout": timeout,
-                              "decode_responses": False, "retry": Retry(NoBackoff(), 0)}
-    password = settings.password()
-    if password is not None:
-        kwargs["password"] = password
-    if url.startswith("rediss://") and settings.tls_ca_file:
-        kwargs["ssl_ca_certs"] = settings.tls_ca_file
-    if settings.cluster:
-        return RedisCluster.from_url(url, **kwargs)
-    return redis.Redis.from_url(url, **kwargs)
 
 
 class StoreSync:
@@ -279,7 +247,7 @@ class StoreSync:
         if self._failures < 2:
             return
         if not self.stats.degraded:
-            self._degrade(now, f"failed twice: {_reason(exc)}")
+            self._degrade(now, f"failed twice: {reason_of(exc)}")
             return
         since = self.shared.degraded_since
         grace_ms = self.settings.degraded_grace_seconds * 1000
@@ -343,7 +311,7 @@ class StoreSync:
         if version == self._config_version:
             return
         hash_key, _ = scripts.quota_keys(self.settings.key_prefix)
-        fields = {_text(k): _text(v) for k, v in (await self.client.hgetall(hash_key)).items()}
+        fields = {text(k): text(v) for k, v in (await self.client.hgetall(hash_key)).items()}
         skipped = config.adopt_shared(fields)
         if skipped:
             log.warning("quota store: %d quota field(s) not understood, ignored (first: %r)",
@@ -429,7 +397,7 @@ class StoreSync:
                     for keys, args, _ in turn_calls:
                         pipe.evalsha(take.sha, len(keys), *keys, *args)
                     outs = await pipe.execute(raise_on_error=False)
-                missing = _no_script_error()
+                missing = no_script_error()
                 if attempt == 2 or not any(isinstance(o, missing) for o in outs):
                     break
                 for loaded in (beat, script, take):
@@ -449,36 +417,11 @@ class StoreSync:
         return int(raw) if raw is not None else None
 
     def _turn_calls(self, left: list[str], waiting: list[str]) -> list[TurnCall]:
-        """One `TAKE_TURNS` call per bucket with claims to give up or make: its keys, its
-        arguments, and the keys claimed, in the order the answer gives them."""
-        if not left and not waiting:
-            return []
-        modes: dict[str, int] = {key: 0 for key in left}
-        for key in waiting:
-            modes[key] = 1 if key in modes else 2
-        by_bucket: dict[int, list[str]] = {}
-        for key in modes:
-            by_bucket.setdefault(bucket_of(key, self.shared.buckets), []).append(key)
-        stale = 2 * self.stale_after_ms()
-        calls = []
-        for bucket, keys in sorted(by_bucket.items()):
-            args: list[Any] = [self.replica, int(stale), int(10 * stale), *(modes[k] for k in keys)]
-            calls.append((scripts.turn_keys(self.settings.key_prefix, bucket, keys), args,
-                          [k for k in keys if modes[k]]))
-        return calls
+        return turn_calls(self.settings.key_prefix, self.replica, self.shared.buckets,
+                          2 * self.stale_after_ms(), left, waiting)
 
     def _apply_turns(self, calls: list[TurnCall], outs: list[Any]) -> None:
-        heads: set[str] = set()
-        crowded: set[str] = set()
-        for (_, _, claimed), out in zip(calls, outs, strict=True):
-            if isinstance(out, Exception):
-                raise out
-            for i, key in enumerate(claimed):
-                if int(out[2 * i]):
-                    heads.add(key)
-                if int(out[2 * i + 1]):
-                    crowded.add(key)
-        self.turns.answered(heads, crowded)
+        self.turns.answered(*turns_answered(calls, outs))
 
     def _bucket_call(self, kind: str, registry: SharedQuotas,
                      batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
@@ -502,35 +445,3 @@ class StoreSync:
             log.info("quota store lost this replica's counts in bucket %s%d: writing them again",
                      kind, batch.bucket)
         registry.applied(batch, totals, lost, self.clock())
-
-
-def bucket_call(prefix: str, replica: str, wrote_before: bool, config: MetricConfig, kind: str,
-                batch: SyncBatch) -> tuple[list[str], list[Any], list[tuple[str, list[int]]]]:
-    """One bucket's `SYNC_BUCKET` call: its keys, its arguments, and the (key, samples) it reads
-    in the order the answer gives them. Pure (bench.store_sync sends these same calls)."""
-    samples = sorted({s for w in batch.writes.values() for s in w}
-                     | {s for r in batch.reads.values() for s in r})
-    pos = {s: i + 1 for i, s in enumerate(samples)}
-    ttl = (config.samples + 2) * config.window_ms
-    args: list[Any] = [replica, ttl, len(samples), 1 if wrote_before else 0]
-    writes = [(pos[s], key, v) for key, w in batch.writes.items() for s, v in w.items()]
-    args.append(len(writes))
-    for p, key, v in writes:
-        args += [p, key, v]
-    reads = list(batch.reads.items())
-    args.append(len(reads))
-    for key, wanted in reads:
-        args += [key, len(wanted), *(pos[s] for s in wanted)]
-    keys = scripts.bucket_keys(prefix, batch.bucket, samples, kind)
-    return keys, args, reads
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
-        return "no answer in time"
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0][:200]
