@@ -96,6 +96,7 @@ class Result:
     # fullest window (`_read_bytes`), what the quota charged; None for consumers.
     read_rate: float | None = None
     read_worst_window: float | None = None
+    worst_at: float = 0.0  # where the fullest window starts, seconds from the clients' start
 
 
 def fullest(done: Callable[[float], int], start: float, end: float) -> tuple[int, float]:
@@ -286,9 +287,9 @@ def run_shape(broker: Broker, node_id: int, valkey: ValkeyServer, replicas: int,
         return sum(tl.at(t) for tl in at_replicas)
 
     rate = (acked(total) - acked(warm_up)) / seconds
-    worst = fullest_window(acked, warm_up, total)
+    worst, worst_at = fullest(acked, warm_up, total)
     result = Result(replicas, shape, clients, rate, worst, sum(tl.errors for tl in timelines),
-                    store_errors, degradations, seen)
+                    store_errors, degradations, seen, worst_at=worst_at)
     if kind == "produce":
         result.read_rate = (read(total) - read(warm_up)) / seconds
         result.read_worst_window = fullest_window(read, warm_up, total)
@@ -316,7 +317,8 @@ def run(fleets: Sequence[int] = (3, 10), shapes: Sequence[str] = SHAPES, seconds
                     rows.append((f"{name}: aggregate over {seconds:.0f} s",
                                  f"{r.rate / MIB:.3f} MiB/s ({r.rate / QUOTA - 1:+.1%})"))
                     rows.append((f"{name}: fullest {SLIDING_S:.0f} s window",
-                                 f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth"))
+                                 f"{r.worst_window / (QUOTA * SLIDING_S):.2f}x the quota's worth "
+                                 f"(from {r.worst_at:.1f} s)"))
                     if r.read_rate is not None and r.read_worst_window is not None:
                         rows.append((f"{name}: read by the replicas over {seconds:.0f} s",
                                      f"{r.read_rate / MIB:.3f} MiB/s ({r.read_rate / QUOTA - 1:+.1%}), "
