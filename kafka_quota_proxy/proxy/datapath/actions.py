@@ -5,6 +5,7 @@ them (tests/proxy/test_core.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -86,3 +87,22 @@ CLOSE = Signal("CLOSE")  # close the connection (what was written before still g
 Action = ToBroker | ToClient | Reading | WaitUntil | AwaitWork | Signal
 READ_ON = Reading(True)
 READ_OFF = Reading(False)
+
+
+class EmittedReading:
+    """The client's reading as the core's `ReadGate` pauses it: by emitting `Reading`, which the
+    shell carries out on its transport (where that is not closing)."""
+
+    __slots__ = ("emit",)
+
+    def __init__(self, emit: Callable[[Action], None]) -> None:
+        self.emit = emit
+
+    def pause_reading(self) -> None:
+        self.emit(READ_OFF)
+
+    def resume_reading(self) -> None:
+        self.emit(READ_ON)
+
+    def is_closing(self) -> bool:
+        return False

@@ -21,9 +21,7 @@ from typing import Any
 
 from kafka_quota_proxy.protocol.api_keys import PRODUCE
 from kafka_quota_proxy.protocol.errors import ProtocolError
-from kafka_quota_proxy.protocol.headers import (
-    parse_request_header,
-)
+from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.proxy.chain import Response
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
@@ -31,11 +29,10 @@ from kafka_quota_proxy.proxy.datapath.actions import (
     CANCEL_WAITS,
     CLOSE,
     LINGER,
-    READ_OFF,
-    READ_ON,
     Action,
     AwaitWork,
     CoreHost,
+    EmittedReading,
     ToBroker,
     ToClient,
     WaitUntil,
@@ -44,7 +41,7 @@ from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue, unasked_answ
 from kafka_quota_proxy.proxy.datapath.intake import Intake, holds
 from kafka_quota_proxy.proxy.datapath.local_answers import answer_locally, legacy_token
 from kafka_quota_proxy.proxy.datapath.mute import Mute
-from kafka_quota_proxy.proxy.datapath.read_gate import HELD_BY_PROXY, Pause
+from kafka_quota_proxy.proxy.datapath.read_gate import HELD_BY_PROXY, Pause, ReadGate
 from kafka_quota_proxy.proxy.datapath.responses import BadResponse, Pending, check_correlation
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 
@@ -72,7 +69,8 @@ class ConnectionCore:
         self.intake = Intake(host.settings.max_frame_bytes)  # requests read, not yet handled
         self.order = ResponseQueue(UNASKED_TRACKED)  # requests whose responses are to go out
         self.mute = Mute()  # when a throttle lets this connection read again (KIP-219)
-        self.reasons: set[Pause] = set()  # why reading is paused
+        self.gate = ReadGate(EmittedReading(emit))  # reading paused while any reason holds
+        self.reasons = self.gate.reasons  # why reading is paused
         self.now = 0.0  # the loop time of what the shell told last
         self.draining = False
         self.lingering = False  # drained: half-closed, dropping input until the client closes
@@ -86,16 +84,10 @@ class ConnectionCore:
 
     def pause(self, reason: Pause) -> None:
         """Stop reading from the client while `reason` holds."""
-        if not self.reasons:
-            self.emit(READ_OFF)
-        self.reasons.add(reason)
+        self.gate.pause(reason)
 
     def _resume(self, reason: Pause) -> None:
-        reasons = self.reasons
-        if reason in reasons:
-            reasons.discard(reason)
-            if not reasons:
-                self.emit(READ_ON)
+        self.gate.resume(reason)
 
     def resume(self, reason: Pause, now: float) -> None:
         """`reason` holds no longer: read again if nothing else holds, and handle the requests
@@ -435,9 +427,7 @@ class ConnectionCore:
         self.lingering = True
         self.intake.drop()
         self.emit(CANCEL_WAITS)
-        if self.reasons:
-            self.reasons.clear()
-            self.emit(READ_ON)
+        self.gate.open()
         self.emit(LINGER)
 
     def held_by_proxy(self) -> bool:

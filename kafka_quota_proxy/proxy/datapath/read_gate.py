@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from enum import StrEnum
+from typing import Protocol
 
 
 class Pause(StrEnum):
@@ -28,12 +28,20 @@ class Pause(StrEnum):
 HELD_BY_PROXY = frozenset((Pause.THROTTLE, Pause.AUTHENTICATING, Pause.HELD_RESPONSE))
 
 
+class Reader(Protocol):
+    """What a gate pauses: an asyncio transport, or the core's emitted `Reading` (core.py)."""
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def is_closing(self) -> bool: ...
+
+
 class ReadGate:
     """Pauses a transport's reading while any reason to pause holds."""
 
     __slots__ = ("transport", "reasons")
 
-    def __init__(self, transport: asyncio.Transport) -> None:
+    def __init__(self, transport: Reader) -> None:
         self.transport = transport
         self.reasons: set[Pause] = set()
 
