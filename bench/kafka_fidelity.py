@@ -95,16 +95,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.end_offsets import EndOffsets
 from bench.many_connections import (
     CLIENT_ID,
     QUOTA,
@@ -115,6 +114,7 @@ from bench.many_connections import (
     entity_quota,
     fill,
     read,
+    throttle_cb,
 )
 from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings
 from devkit.kafka import (
@@ -138,7 +138,6 @@ ONE_BUDGET = "proxy-cluster"
 # answers a throttled ShareFetch empty as Kafka's broker does, where by default it delivers.
 SHARE_EMPTY = "proxy-empty"
 THROTTLE_BOUND = 0.15  # the proxy's median mean throttle within 15% of Kafka's
-READ_EVERY_S = 0.05  # the broker's end offsets are read this often (EndOffsets)
 OVERRUN = 1.1  # a Java producer is given records for `seconds` at this many times the quota
 
 # The tools' quiet config, and the one NetworkClient line a throttled response writes.
@@ -328,51 +327,6 @@ def client_metrics(text: str) -> dict[str, float]:
 
 # -- measuring at the broker --------------------------------------------------------------------------
 
-class EndOffsets:
-    """The topic's end offsets summed over its partitions, read straight from the broker every
-    READ_EVERY_S from `start` (time.monotonic) until stopped, times `record` bytes: what the
-    broker appended, whoever enforced the quota. Its own client-id has no quota."""
-
-    def __init__(self, bootstrap: str, topic: str, partitions: int, record: int, start: float) -> None:
-        self.timeline = Timeline()
-        self.last: list[int] = []  # each partition's end offset at the last reading
-        self._stop = threading.Event()
-        self._args = (bootstrap, topic, partitions, record, start)
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> EndOffsets:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._stop.set()
-        self._thread.join(10)
-
-    def _run(self) -> None:
-        bootstrap, topic, partitions, record, start = self._args
-        c = Consumer({"bootstrap.servers": bootstrap, "client.id": "fidelity-meter",
-                      "group.id": "fidelity-meter", "enable.auto.commit": False})
-        marks = self.timeline.marks
-        at = 0.0
-        try:
-            while not self._stop.is_set():
-                wait = start + at - time.monotonic()
-                if wait > 0:
-                    self._stop.wait(wait)
-                elapsed = time.monotonic() - start
-                try:
-                    each = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=2,
-                                                    cached=False)[1] for p in range(partitions)]
-                except Exception:  # a slow answer: the next reading counts it
-                    self.timeline.errors += 1
-                else:
-                    marks.append((elapsed, sum(each) * record))
-                    self.last = each
-                at = max(at + READ_EVERY_S, elapsed - elapsed % READ_EVERY_S)
-        finally:
-            c.close()
-
-
 def judge(timeline: Timeline, out: Outcome, warm_up: float, between_readings: bool = False) -> Outcome:
     """The rate over whole SLIDING_S windows from `warm_up` after the first byte to the last whole
     one before the last byte, and the fullest sliding window of that span: `fullest`'s, stepped
@@ -434,19 +388,6 @@ def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome,
 
 THROTTLE_METRICS = ("produce-throttle-time-avg", "produce-throttle-time-max",
                     "fetch-throttle-time-avg", "fetch-throttle-time-max")
-
-
-def throttle_cb(told: list[int], by_broker: dict[int, list[int]] | None = None) -> Callable[[Any], None]:
-    """A librdkafka `throttle_cb` that appends to `told` each throttle (ms) a broker or the proxy
-    told the client, and to `by_broker[broker id]` where given; not the 0 ms librdkafka also
-    reports when the throttling stops."""
-    def throttled(event: Any) -> None:
-        ms = round(event.throttle_time * 1000)
-        if ms > 0:
-            told.append(ms)
-            if by_broker is not None:
-                by_broker.setdefault(event.broker_id, []).append(ms)
-    return throttled
 
 
 def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome,

@@ -11,7 +11,12 @@ filled beforehand (more than they can reach), `consumer_byte_rate` 1,000,000 B/s
 `--seconds` (55 by default); the rate is the bytes acknowledged (read, for consumers) from
 `--warm-up` (11 s: Kafka's first allowance paid back) to the end, for consumers from `--warm-up`
 after the group's first record (its join takes its own time on each path), and the worst window
-the most in any sliding 11 s window over that span, stepped every 0.25 s.
+the most in any sliding 11 s window over that span, stepped every 0.25 s. For producers the same
+span is also measured at the broker, from its end offsets read every 50 ms (bench.end_offsets, as
+issue 36's bench measures): what it appended, a request the client timed out and sent again counted
+as often as it was appended. Beside them, each run's throttled responses and their mean throttle,
+and from librdkafka's statistics the Produce requests sent, those timed out and the connections
+made, summed over the producers: where the two paths part, they show how.
 
     python -m bench.many_connections                          # 1, 3 and 10 producers, 3 consumers
     python -m bench.many_connections --producers 3 --consumers 0
@@ -29,6 +34,7 @@ Printed, never asserted. Kafka and the proxy share this machine's cores with the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import threading
@@ -41,7 +47,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.shared_accuracy import SLIDING_S, fullest, settings
+from bench.end_offsets import EndOffsets
+from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings, settings
 from devkit.kafka import KafkaBroker, run_tool
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD, Timeline, produce
@@ -69,39 +76,68 @@ class Result:
     rebalances: list[tuple[float, str]] = field(default_factory=list)
     stalls: list[tuple[float, float]] = field(default_factory=list)
     round: int = 0  # which of `--runs` rounds
+    # producers: what the broker appended (its end offsets), over the same span: the rate and the
+    # fullest window, counting a request the client timed out and sent again as often as the
+    # broker appended it. None for consumers.
+    appended: float | None = None
+    appended_worst: float | None = None
+    # producers, from their throttle_cb and librdkafka's statistics, summed over them: throttled
+    # responses, their mean throttle (ms), requests timed out, connections made, Produce requests
+    throttled: int = 0
+    throttle_mean_ms: float = 0.0
+    timeouts: int = 0
+    connects: int = 0
+    requests: int = 0
 
 
 def case_name(kind: str, clients: int) -> str:
     return f"{kind}, {clients} {'producers' if kind == 'produce' else 'consumers'}"
 
 
+def as_the_clients_saw(r: Result) -> tuple[float, float] | None:
+    return r.rate, r.worst_window
+
+
+def as_the_broker_appended(r: Result) -> tuple[float, float] | None:
+    if r.appended is None or r.appended_worst is None:
+        return None
+    return r.appended, r.appended_worst
+
+
+VIEWS: tuple[tuple[str, Callable[[Result], tuple[float, float] | None]], ...] = (
+    ("", as_the_clients_saw), (" at the broker", as_the_broker_appended))
+
+
 def medians(results: Sequence[Result]) -> list[tuple[str, str]]:
     """Each case's median rate and worst window per path over its runs, as multiples of the quota
     (of its worth, for windows), then the proxy's gap from Kafka's broker where both ran, and
-    whether it is within the fidelity bounds."""
+    whether it is within the fidelity bounds: as the clients saw them, then (producers) as the
+    broker appended them."""
     cases: dict[tuple[str, int], dict[str, list[Result]]] = {}
     for r in results:
         cases.setdefault((r.kind, r.clients), {}).setdefault(r.path, []).append(r)
     rows: list[tuple[str, str]] = []
     for (kind, clients), by_path in cases.items():
-        mid: dict[str, tuple[float, float]] = {}
-        for path in PATHS:
-            runs = by_path.get(path)
-            if not runs:
-                continue
-            rate = statistics.median(r.rate for r in runs) / QUOTA
-            worst = statistics.median(r.worst_window for r in runs) / (QUOTA * SLIDING_S)
-            mid[path] = (rate, worst)
-            rows.append((f"{case_name(kind, clients)}, {path}: median of {len(runs)}",
-                         f"{rate:.3f}, worst {worst:.3f}x (rates "
-                         f"{', '.join(f'{r.rate / QUOTA:.3f}' for r in runs)})"))
-        if len(mid) == 2:
-            (k_rate, k_worst), (p_rate, p_worst) = mid["kafka"], mid["proxy"]
-            gap, window_gap = p_rate / k_rate - 1, p_worst - k_worst
-            within = abs(gap) <= RATE_BOUND and abs(window_gap) <= WINDOW_BOUND
-            rows.append((f"{case_name(kind, clients)}: proxy - Kafka",
-                         f"rate {gap:+.1%}, worst {window_gap:+.3f}x: "
-                         f"{'within' if within else 'outside'} {RATE_BOUND:.0%} and {WINDOW_BOUND}x"))
+        for where, view in VIEWS:
+            mid: dict[str, tuple[float, float]] = {}
+            for path in PATHS:
+                seen = [view(r) for r in by_path.get(path, [])]
+                pairs = [v for v in seen if v is not None]
+                if not pairs or len(pairs) < len(seen):
+                    continue
+                rate = statistics.median(x for x, _ in pairs) / QUOTA
+                worst = statistics.median(w for _, w in pairs) / (QUOTA * SLIDING_S)
+                mid[path] = (rate, worst)
+                rows.append((f"{case_name(kind, clients)}, {path}{where}: median of {len(pairs)}",
+                             f"{rate:.3f}, worst {worst:.3f}x (rates "
+                             f"{', '.join(f'{x / QUOTA:.3f}' for x, _ in pairs)})"))
+            if len(mid) == 2:
+                (k_rate, k_worst), (p_rate, p_worst) = mid["kafka"], mid["proxy"]
+                gap, window_gap = p_rate / k_rate - 1, p_worst - k_worst
+                within = abs(gap) <= RATE_BOUND and abs(window_gap) <= WINDOW_BOUND
+                rows.append((f"{case_name(kind, clients)}{where}: proxy - Kafka",
+                             f"rate {gap:+.1%}, worst {window_gap:+.3f}x: "
+                             f"{'within' if within else 'outside'} {RATE_BOUND:.0%} and {WINDOW_BOUND}x"))
     return rows
 
 
@@ -129,6 +165,19 @@ def entity_quota(bootstrap: str, entity: Sequence[str], key: str, value: int | N
     if out.returncode != 0:
         raise RuntimeError(f"kafka-configs at {bootstrap} failed: {out.stdout[-500:]}{out.stderr[-1500:]}")
     time.sleep(settle)
+
+
+def throttle_cb(told: list[int], by_broker: dict[int, list[int]] | None = None) -> Callable[[Any], None]:
+    """A librdkafka `throttle_cb` that appends to `told` each throttle (ms) a broker or the proxy
+    told the client, and to `by_broker[broker id]` where given; not the 0 ms librdkafka also
+    reports when the throttling stops."""
+    def throttled(event: Any) -> None:
+        ms = round(event.throttle_time * 1000)
+        if ms > 0:
+            told.append(ms)
+            if by_broker is not None:
+                by_broker.setdefault(event.broker_id, []).append(ms)
+    return throttled
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
@@ -186,24 +235,34 @@ def read(bootstrap: str, topic: str, group: str, start: float, seconds: float, o
 
 
 def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seconds: float,
-            warm_up: float, batch_kib: int = 1024, client_id: str = CLIENT_ID) -> Result:
+            warm_up: float, batch_kib: int = 1024, client_id: str = CLIENT_ID,
+            broker: str | None = None) -> Result:
+    """`clients` producers (or consumers of one group) of `client_id` through `bootstrap` for
+    `seconds`; for producers also what the broker at `broker` (its own address, not the proxy's;
+    `bootstrap` if None) appended, and each producer's throttles and statistics."""
     start = time.monotonic() + (0.5 if kind == "produce" else 8.0)  # a group joins first
     timelines = [Timeline() for _ in range(clients)]
     rebalances: list[list[tuple[float, str]]] = [[] for _ in range(clients)]
     group = f"g-{topic}"
     work: Callable[[int], None]
+    told: list[list[int]] = [[] for _ in range(clients)]  # each producer's throttles, ms
+    stats: list[list[str]] = [[] for _ in range(clients)]  # and librdkafka's statistics
     if kind == "produce":
         def work(i: int) -> None:
             produce(bootstrap, topic, client_id, start, seconds, timelines[i],
-                    config={"batch.size": str(batch_kib * 1024)})
+                    config={"batch.size": str(batch_kib * 1024), "throttle_cb": throttle_cb(told[i]),
+                            "statistics.interval.ms": 1000, "stats_cb": stats[i].append})
     else:
         def work(i: int) -> None:
             read(bootstrap, topic, group, start, seconds, timelines[i], rebalances[i], client_id)
     threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(seconds + 120)
+    with ExitStack() as metering:
+        meter = (metering.enter_context(EndOffsets(broker or bootstrap, topic, 1, RECORD, start))
+                 if kind == "produce" else None)
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(seconds + 120)
 
     def done(t: float) -> int:
         return sum(tl.at(t) for tl in timelines)
@@ -215,8 +274,29 @@ def measure(path: str, kind: str, clients: int, bootstrap: str, topic: str, seco
     rate = (done(seconds) - done(since)) / (seconds - since)
     worst, worst_at = fullest(done, since, seconds)
     events = sorted((t, f"member {i}: {what}") for i, member in enumerate(rebalances) for t, what in member)
-    return Result(path, kind, clients, rate, worst, sum(tl.errors for tl in timelines), since,
-                  worst_at, events, stalls(done, since, seconds) if kind == "consume" else [])
+    out = Result(path, kind, clients, rate, worst, sum(tl.errors for tl in timelines), since,
+                 worst_at, events, stalls(done, since, seconds) if kind == "consume" else [])
+    if meter is not None:
+        appended = meter.timeline
+        out.appended = (appended.at(seconds) - appended.at(since)) / (seconds - since)
+        out.appended_worst = fullest_between_readings(appended.marks, since, seconds)[0]
+        every = [ms for each in told for ms in each]
+        out.throttled = len(every)
+        out.throttle_mean_ms = statistics.fmean(every) if every else 0.0
+        counts = [client_counts(texts) for texts in stats]
+        out.timeouts, out.connects, out.requests = (sum(c[i] for c in counts) for i in range(3))
+    return out
+
+
+def client_counts(texts: Sequence[str]) -> tuple[int, int, int]:
+    """From one librdkafka client's statistics (JSON, one each interval; counters, so the last
+    one's): the requests it timed out, the connections it made and the Produce requests it sent,
+    over every broker it knew (the bootstrap entry's included)."""
+    if not texts:
+        return 0, 0, 0
+    brokers = json.loads(texts[-1]).get("brokers", {}).values()
+    return (sum(b.get("req_timeouts", 0) for b in brokers), sum(b.get("connects", 0) for b in brokers),
+            sum(b.get("req", {}).get("Produce", 0) for b in brokers))
 
 
 def stalls(done: Callable[[float], int], start: float, end: float,
@@ -282,7 +362,8 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
                     broker_quota(broker, key, QUOTA)
                 try:
                     bootstrap = broker.bootstrap if path == "kafka" else proxy.bootstrap
-                    result = measure(path, kind, n, bootstrap, topic, seconds, warm_up, batch_kib)
+                    result = measure(path, kind, n, bootstrap, topic, seconds, warm_up, batch_kib,
+                                     broker=broker.bootstrap)
                     result.round = round_
                     results.append(result)
                 finally:
@@ -293,6 +374,12 @@ def run(producers: Sequence[int] = (1, 3, 10), consumers: int = 3, paths: Sequen
         rows.append((f"{name}: average / quota, {r.since:.1f}-{seconds:.0f} s", f"{r.rate / QUOTA:.3f}"))
         worst = r.worst_window / (QUOTA * SLIDING_S)
         rows.append((f"{name}: worst {SLIDING_S:.0f} s window", f"{worst:.3f}x from {r.worst_at:.1f} s"))
+        if r.appended is not None and r.appended_worst is not None:
+            rows.append((f"{name}: at the broker, average, worst",
+                         f"{r.appended / QUOTA:.3f}, {r.appended_worst / (QUOTA * SLIDING_S):.3f}x"))
+            rows.append((f"{name}: the clients' throttles, timeouts",
+                         f"{r.throttled} throttled (mean {r.throttle_mean_ms:.0f} ms), "
+                         f"{r.requests} Produce requests, {r.timeouts} timed out, {r.connects} connections"))
         if r.kind == "consume":
             rows.append((f"{name}: stalls of 2 s or more in the span",
                          ", ".join(f"{d:.1f} s from {t:.1f} s" for t, d in r.stalls) or "none"))
