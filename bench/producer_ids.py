@@ -77,6 +77,7 @@ def _stage(with_quota: bool) -> tuple[QuotaCharge, Callable[[memoryview], Reques
     info = ConnectionInfo("127.0.0.1", "bench")
     info.principal = "alice"
     info.upstream = "127.0.0.1:9092"
+    info.quotas = engine.scope(info.upstream)
 
     def context(frame: memoryview) -> RequestContext:
         ctx = RequestContext(parse_request_header(frame), frame, info, received_at=0.0)

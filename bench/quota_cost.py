@@ -52,11 +52,17 @@ def _engine(key: QuotaKey | None, shared: bool = False) -> QuotaEngine:
     return QuotaEngine(QuotaSettings(), QuotaStore(quotas), shared_buckets=16 if shared else None)
 
 
-def _contexts(frames: list[bytes]) -> list[RequestContext]:
+UPSTREAM = "127.0.0.1:9092"
+
+
+def _contexts(frames: list[bytes], engine: QuotaEngine | None = None) -> list[RequestContext]:
     """One context per frame, each on its own connection, as in `tenants` (a connection per
-    tenant): a connection keeps its way to its sensor between requests."""
+    tenant): a connection keeps its way to its sensor between requests, and found its scope's
+    managers in `engine` when it connected (`ConnectionInfo.quotas`)."""
+    quotas = engine.scope(UPSTREAM) if engine is not None else None
     return [RequestContext(parse_request_header(memoryview(f)), memoryview(f),
-                           ConnectionInfo(f"127.0.0.1:{40000 + i}", "node-1", upstream="127.0.0.1:9092"))
+                           ConnectionInfo(f"127.0.0.1:{40000 + i}", "node-1", upstream=UPSTREAM,
+                                          quotas=quotas))
             for i, f in enumerate(frames)]
 
 
@@ -66,7 +72,7 @@ def produce_ns(key: QuotaKey | None, shared: bool = False) -> float:
     engine = _engine(key, shared)
     charge, settle, merge = QuotaCharge(engine, lambda topic: 1), QuotaSettle(engine), ThrottleMerge()
     batch = record_batch(1, 1024)
-    ctxs = _contexts([produce_frame("bench", 0, batch, f"tenant-{i:03d}") for i in range(TENANTS)])
+    ctxs = _contexts([produce_frame("bench", 0, batch, f"tenant-{i:03d}") for i in range(TENANTS)], engine)
     turn = iter(range(10**12))
 
     def one() -> None:
@@ -83,7 +89,7 @@ def fetch_ns(key: QuotaKey | None, shared: bool = False) -> float:
     response from its head, as a streamed response is charged."""
     engine = _engine(key, shared)
     charge, settle = QuotaCharge(engine, lambda topic: 1), QuotaSettle(engine)
-    ctxs = _contexts([fetch_frame("bench", 0, 0, 1 << 20, f"tenant-{i:03d}") for i in range(TENANTS)])
+    ctxs = _contexts([fetch_frame("bench", 0, 0, 1 << 20, f"tenant-{i:03d}") for i in range(TENANTS)], engine)
     assert FETCH_VERSION == 12, "FETCH_HEAD is laid out for Fetch v12"
     head = memoryview(FETCH_HEAD)
     turn = iter(range(10**12))

@@ -65,6 +65,9 @@ class ConnectionInfo:
     listener: str  # "bootstrap" or "node-<id>"
     principal: str = ANONYMOUS
     upstream: str = ""  # the broker address this connection forwards to, once connected
+    # The quota managers its requests are charged to (its scope's: `quota.scope: broker`, the
+    # upstream broker's), found once with `upstream`, not at each request
+    quotas: ScopeManagers | None = None
     sasl: SaslState | None = None  # once the client starts SASL
     ip: str = ""  # the client's address (from a PROXY header when there is one)
     metered: bool = False  # counted in the usage log's `connections` (at its first request)

@@ -46,7 +46,7 @@ from kafka_quota_proxy.proxy.observability.usage_log import (
 from kafka_quota_proxy.proxy.quotas.access import QuotaAccess, authenticates_clients, management_policy
 from kafka_quota_proxy.proxy.quotas.audit import QuotaAudit
 from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.reload import watch_config
 from kafka_quota_proxy.proxy.stages.quota_charge import mutation_permits
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
@@ -320,6 +320,9 @@ class Proxy:
             if self.engine.enforcing:
                 return delay
         return None
+
+    def quota_scope(self, upstream: str) -> ScopeManagers:
+        return self.engine.scope(upstream)
 
     def connection_opened(self, conn: HostedConnection) -> None:
         self.connections.add(conn)

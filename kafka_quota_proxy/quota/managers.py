@@ -219,6 +219,17 @@ class ClientQuotaManager(ResolvedQuota):
             wait = min(wait, stat.home.until_next_read_ms(now_ms))
         return wait
 
+    def charge(self, user: str, client_id: str | None, value: float, now_ms: float,
+               handles: dict[object, ChargeHandle], paced: bool = False) -> tuple[int, bool]:
+        """A Produce charged on arrival, in one call: its throttle (`record_and_get_throttle_ms`)
+        and whether its connection is to read one request at a time, as a broker does: when
+        throttled, or over its quota by its bytes so far (`over_so_far`). Paced, never: its
+        requests wait for their turns instead."""
+        throttle_ms = self.record_and_get_throttle_ms(user, client_id, value, now_ms, handles, paced)
+        if paced:
+            return throttle_ms, False
+        return throttle_ms, bool(throttle_ms) or self.over_so_far(handles, now_ms)
+
     def over_so_far(self, handles: dict[object, ChargeHandle], now_ms: float) -> bool:
         """Whether the client whose connection keeps `handles`, just charged by
         `record_and_get_throttle_ms` with them, sent faster than its quota over the time its

@@ -202,9 +202,10 @@ def test_paced_a_rate_is_not_settled_its_reads_pace_the_others_bytes() -> None:
     assert not stat.settles and stat.reads == 2 and stat.pending == []
 
 
-def _ctx(key: int, handles: Handles) -> RequestContext:
+def _ctx(key: int, handles: Handles, engine: QuotaEngine) -> RequestContext:
     header = SimpleNamespace(api_key=key, client_id="c")
-    conn = SimpleNamespace(upstream="broker", charge_handles=handles, principal="")
+    conn = SimpleNamespace(upstream="broker", quotas=engine.scope("broker"), charge_handles=handles,
+                           principal="")
     return cast(RequestContext, SimpleNamespace(header=header, conn=conn))
 
 
@@ -215,10 +216,11 @@ def test_a_produce_waits_unread_for_what_its_connection_owes() -> None:
     fleet.sync(300)
     charge = QuotaCharge(fleet.engines[0], lambda topic: None)
     fleet.now[0] = 300
-    assert charge.hold_ms(_ctx(PRODUCE, fleet.handles[0])) == 2290
-    assert charge.hold_ms(_ctx(FETCH, fleet.handles[0])) == 0  # a consumer quota owes nothing
+    first = fleet.engines[0]
+    assert charge.hold_ms(_ctx(PRODUCE, fleet.handles[0], first)) == 2290
+    assert charge.hold_ms(_ctx(FETCH, fleet.handles[0], first)) == 0  # a consumer quota owes nothing
     fleet.now[0] = 2590
-    assert charge.hold_ms(_ctx(PRODUCE, fleet.handles[0])) == 0
+    assert charge.hold_ms(_ctx(PRODUCE, fleet.handles[0], first)) == 0
 
 
 def test_without_a_store_kafkas_mode_holds_nothing() -> None:
@@ -226,5 +228,5 @@ def test_without_a_store_kafkas_mode_holds_nothing() -> None:
     engine = QuotaEngine(QuotaSettings(), store, clock=lambda: 0)
     handles: Handles = {}
     engine.scope("broker").produce.record_and_get_throttle_ms("", "c", 50_000_000, 0, handles)
-    assert QuotaCharge(engine, lambda topic: None).hold_ms(_ctx(PRODUCE, handles)) == 0
+    assert QuotaCharge(engine, lambda topic: None).hold_ms(_ctx(PRODUCE, handles, engine)) == 0
     assert handles[engine.scope("broker").produce].owed == []

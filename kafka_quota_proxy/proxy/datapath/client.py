@@ -144,6 +144,7 @@ class ClientConnection(asyncio.Protocol):
                 return
             self.upstream = upstream
             self.info.upstream = str(target)
+            self.info.quotas = self.proxy.quota_scope(self.info.upstream)
             self.core.resume(Pause.CONNECTING, self.proxy.loop.time())
             early, self._early = self._early, []
             for data in early:

@@ -14,6 +14,7 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo
 from kafka_quota_proxy.proxy.datapath.splice import PipePool
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.usage_log import UsageMeter
+from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 
@@ -56,6 +57,10 @@ class ConnectionHost(Protocol):
     def identify(self, transport: asyncio.BaseTransport, ip: str) -> str: ...
 
     def admit(self, conn: HostedConnection, ip: str) -> int | None: ...
+
+    def quota_scope(self, upstream: str) -> ScopeManagers:
+        """The quota managers a connection forwarding to `upstream` is charged to."""
+        ...
 
     def connection_opened(self, conn: HostedConnection) -> None: ...
 

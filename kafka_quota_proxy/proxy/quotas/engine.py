@@ -23,7 +23,7 @@ from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQu
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig
-from kafka_quota_proxy.quota.resolution import QuotaStore
+from kafka_quota_proxy.quota.resolution import QuotaStore, sanitize_user
 from kafka_quota_proxy.quota.sensors import LocalSensors, StatFactory
 from kafka_quota_proxy.quota.shared import ScopedShared, SharedIds, SharedQuotas
 from kafka_quota_proxy.quota.topics import Leadership, TopicQuotaManager
@@ -49,6 +49,16 @@ class Switches:
     topic_produce: bool  # some topic's producer_byte_rate has ever been configured
     topic_fetch: bool  # some topic's consumer_byte_rate has ever been configured
     paced: bool  # quota.byte_rate_enforcement: paced (Rate.pace), not Kafka's throttle
+    enforcing: bool  # mode enforce: a throttle holds the client (else it is only counted)
+
+
+@dataclass(slots=True)
+class Charging:
+    """What a quota stage needs to charge one request, from one call (`QuotaEngine.charging`):
+    the switches and the engine's time."""
+
+    switches: Switches
+    now: int  # the engine's clock, ms
 
 
 class ThrottleListener(Protocol):
@@ -209,8 +219,34 @@ class QuotaEngine:
                 exempting=bool(settings.exempt_principals or settings.exempt_client_ids),
                 topic_produce=active and store.topic_quotas_enabled(QuotaKey.PRODUCER_BYTE_RATE),
                 topic_fetch=active and store.topic_quotas_enabled(QuotaKey.CONSUMER_BYTE_RATE),
-                paced=settings.byte_rate_enforcement == "paced")
+                paced=settings.byte_rate_enforcement == "paced",
+                enforcing=settings.mode == "enforce")
         return found
+
+    def charging(self, principal: str, client_id: str) -> Charging | None:
+        """Whether a request of `principal` and `client_id` is charged, and if so the switches
+        and the time, in one call: None while no client quota has ever been configured, in mode
+        off, or for an exempt principal or client-id."""
+        switches = self.switches()
+        if not switches.charging or (switches.exempting and self.exempt(principal, client_id)):
+            return None
+        return Charging(switches, self.clock())
+
+    def settling(self) -> Charging:
+        """The switches and the time to settle the response of a request charged earlier, in one
+        call, whatever has changed since."""
+        return Charging(self.switches(), self.clock())
+
+    def throttled(self, quota_type: str, user: str, client_id: str, throttle_ms: int, now_ms: int,
+                  per_user: bool = False) -> bool:
+        """Count a throttle for the metrics and the usage log; whether the client is to be held
+        for it (mode enforce). `per_user`: the quota is the user's alone (producer ids), counted
+        without a client-id."""
+        self.throttles.add(quota_type, sanitize_user(user), "" if per_user else client_id,
+                           throttle_ms, now_ms)
+        if self.usage is not None:
+            self.usage.throttled(user, client_id, quota_type, throttle_ms)
+        return self.settings.mode == "enforce"
 
     def exempt(self, principal: str, client_id: str | None) -> bool:
         s = self.settings

@@ -50,7 +50,7 @@ from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_request
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
-from kafka_quota_proxy.proxy.stages.throttling import client_of, throttle
+from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throttle
 from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
@@ -92,10 +92,11 @@ class QuotaCharge(RequestStage):
             return 0
         if settings.byte_rate_enforcement != "paced":
             return 0 if engine.shared is None else self._owed_ms(ctx)
-        switches = engine.switches()
-        if not switches.charging:
-            return 0
         conn, header = ctx.conn, ctx.header
+        user, client_id = conn.principal, header.client_id or ""
+        charging = engine.charging(user, client_id)
+        if charging is None:
+            return 0
         key = header.api_key
         if key == FETCH:
             try:
@@ -103,74 +104,70 @@ class QuotaCharge(RequestStage):
                     return 0  # follower fetches are exempt
             except ProtocolError:
                 return 0  # for the stages to refuse (ApiVersionsGate, WellFormed)
-        user, client_id = conn.principal, header.client_id or ""
-        if switches.exempting and engine.exempt(user, client_id):
-            return 0
-        q = engine.scope(conn.upstream)
+        q = managers(ctx)
         manager = q.produce if key == PRODUCE else q.fetch
-        return manager.paced_wait_ms(user, client_id, engine.clock(), conn.charge_handles, admit=True)
+        return manager.paced_wait_ms(user, client_id, charging.now, conn.charge_handles, admit=True)
 
     def _owed_ms(self, ctx: RequestContext) -> int:
         """Kafka's enforcement, the quota shared with other replicas: a Produce waits unread
         until its connection's last Produce has paid the throttle Kafka's broker would have given
         it, knowing every replica's bytes before it, as the store's reads since have shown them
         (`SharedRate.owe`). With none owed, 0."""
-        if ctx.header.api_key != PRODUCE or not self.engine.switches().charging:
+        if ctx.header.api_key != PRODUCE:
             return 0
         conn = ctx.conn
-        manager = self.engine.scope(conn.upstream).produce
-        return manager.owed_wait_ms(conn.charge_handles, self.engine.clock())
+        charging = self.engine.charging(conn.principal, ctx.header.client_id or "")
+        if charging is None:
+            return 0
+        return managers(ctx).produce.owed_wait_ms(conn.charge_handles, charging.now)
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
-        switches = engine.switches()
-        if not switches.charging:
-            return None
         conn, header = ctx.conn, ctx.header
         user, client_id = conn.principal, header.client_id or ""
-        if switches.exempting and engine.exempt(user, client_id):
+        charging = engine.charging(user, client_id)
+        if charging is None:
             return None
-        q = engine.scope(conn.upstream)
+        switches, now = charging.switches, charging.now
+        q = managers(ctx)
         key = header.api_key
         if key == FETCH:
             info = read_fetch_request(ctx.frame, header.body_offset, ctx.api_version)
             if info.replica_id >= 0:
                 return None  # follower fetches are exempt, as on a broker
             ctx.fetch_max_wait_ms = info.max_wait_ms
-            if engine.enforcing and info.max_bytes_at is not None and info.max_bytes is not None:
+            if switches.enforcing and info.max_bytes_at is not None and info.max_bytes is not None:
                 self._cap_max_bytes(ctx, q, info.max_bytes_at, info.max_bytes)
         elif key == SHARE_FETCH:
             # Kafka caps a ShareFetch's max_bytes as a Fetch's (KafkaApis
             # handleFetchFromShareFetchRequest, maxQuotaWindowBytes) and charges its response.
             share = read_share_fetch_request(ctx.frame, header.body_offset)
             ctx.fetch_max_wait_ms = share.max_wait_ms
-            if engine.enforcing:
+            if switches.enforcing:
                 self._cap_max_bytes(ctx, q, share.max_bytes_at, share.max_bytes)
         if key in FETCHES or switches.request_quotas:
             ctx.quota = q  # QuotaSettle has the response to charge: fetched bytes, request time
         if key == PRODUCE:
-            now = engine.clock()
             if switches.counting_producer_ids:
-                refused = self._producer_ids(ctx, q.producer_ids, user, now)
+                refused = self._producer_ids(ctx, q.producer_ids, user, now, switches.enforcing)
                 if refused is not None:
                     return refused
             # Charged on arrival: the connection then reads nothing more from a client over its
-            # quota until the throttle is over (see the module docstring).
-            # What goes on to the broker: a topic quota may have cut refused topics out.
-            throttle_ms = q.produce.record_and_get_throttle_ms(user, client_id, ctx.forward_size - 4, now,
-                                                               conn.charge_handles, switches.paced)
+            # quota until the throttle is over (see the module docstring). What goes on to the
+            # broker: a topic quota may have cut refused topics out. Over its quota, or by its
+            # bytes so far, the connection reads one request at a time, as a broker does (see
+            # the module docstring); paced, the requests wait for their turns instead.
+            throttle_ms, over = q.produce.charge(user, client_id, ctx.forward_size - 4, now,
+                                                 conn.charge_handles, switches.paced)
             if throttle_ms:
                 throttle(engine, ctx, "produce", throttle_ms, now)
-            # Over its quota, or by its bytes so far: read one request at a time, as a broker
-            # does (see the module docstring). Paced, the requests wait for their turns instead.
-            conn.read_alone = not switches.paced and (
-                bool(throttle_ms) or q.produce.over_so_far(conn.charge_handles, now))
+            conn.read_alone = over
         elif key in STRICT_FROM:
-            return self._mutation(ctx, q)
+            return self._mutation(ctx, q, now, switches.enforcing)
         return None
 
     def _producer_ids(self, ctx: RequestContext, manager: ProducerIdQuotaManager, user: str,
-                      now: int) -> Reply | None:
+                      now: int, enforcing: bool) -> Reply | None:
         """KIP-936: count the request's producer ids new for the user; throttle, or with the
         `reject` action refuse the request unforwarded (see PRODUCER_ID_REFUSAL)."""
         engine = self.engine
@@ -180,7 +177,7 @@ class QuotaCharge(RequestStage):
             return None  # malformed records: the broker answers CORRUPT_MESSAGE for them
         if not pids:
             return None
-        strict = engine.enforcing and engine.settings.producer_ids.action == "reject"
+        strict = enforcing and engine.settings.producer_ids.action == "reject"
         charge = manager.charge(user, pids, now, strict)
         ctx.new_producer_ids = 0 if charge.rejected else charge.new_ids
         throttle(engine, ctx, "producer_ids", charge.throttle_ms, now, per_user=True)
@@ -211,13 +208,12 @@ class QuotaCharge(RequestStage):
             return float(window_max)
         return min(window_max, quota * self.engine.config.window_ms / 1000)
 
-    def _mutation(self, ctx: RequestContext, q: ScopeManagers) -> Reply | None:
+    def _mutation(self, ctx: RequestContext, q: ScopeManagers, now: int, enforcing: bool) -> Reply | None:
         engine = self.engine
         user, client_id = client_of(ctx)
         request = ctx.decode_request()
         permits = ctx.permits = mutation_permits(ctx.api_key, request, self.topic_partitions)
-        now = engine.clock()
-        if ctx.api_version >= STRICT_FROM[ctx.api_key] and engine.enforcing:
+        if ctx.api_version >= STRICT_FROM[ctx.api_key] and enforcing:
             accepted, throttle_ms = q.mutation.record_strict(user, client_id, permits, now)
             if not accepted:
                 throttle(engine, ctx, "controller_mutation", throttle_ms, now)

@@ -63,18 +63,19 @@ class QuotaSettle(ResponseStage):
         engine, q = self.engine, ctx.quota
         assert q is not None  # wants() lets only a charged request through
         user, client_id = client_of(ctx)
-        now = engine.clock()
+        settling = engine.settling()
+        switches, now = settling.switches, settling.now
         key = ctx.api_key
         request_throttle = 0
-        if key not in REQUEST_QUOTA_EXEMPT and q.request.quotas_enabled:
+        if key not in REQUEST_QUOTA_EXEMPT and switches.request_quotas:
             request_throttle = q.request.record_and_get_throttle_ms(
                 user, client_id, request_time_ms(ctx, perf_counter()), now, ctx.conn.charge_handles)
         if key == FETCH or (key in FETCHES and _charged_share_fetch(body, ctx.api_version)):
             # FetchResponse.sizeOf and ShareFetchResponse.sizeOf: the body and its 4-byte size
             size = body_size + 4
-            deliver = key != FETCH and engine.settings.share_fetch_throttle == "deliver"
-            if engine.switches().paced:
-                return self._paced(ctx, body, size, request_throttle, deliver, now)
+            deliver = key != FETCH and switches.settings.share_fetch_throttle == "deliver"
+            if switches.paced:
+                return self._paced(ctx, body, size, request_throttle, deliver, now, switches.enforcing)
             fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now,
                                                                 ctx.conn.charge_handles)
             if fetch_throttle > 0 or request_throttle > 0:
@@ -87,7 +88,7 @@ class QuotaSettle(ResponseStage):
                 throttle(engine, ctx, "request", request_throttle, now)
                 if deliver:
                     return None  # delivered, charged, and muted for the throttle (above)
-                if engine.enforcing:
+                if switches.enforcing:
                     # Kafka un-records the bytes and sends an empty response in their place,
                     # still carrying max(broker's, proxy's) throttle.
                     q.fetch.unrecord(user, client_id, size, now)
@@ -97,7 +98,7 @@ class QuotaSettle(ResponseStage):
         return None
 
     def _paced(self, ctx: RequestContext, body: memoryview, size: int, request_throttle: int,
-               deliver: bool, now: int) -> bytes | None:
+               deliver: bool, now: int, enforcing: bool) -> bytes | None:
         """`quota.byte_rate_enforcement: paced`: a fetch is delivered when its quota entity's
         pace has come (QuotaCharge held it until then; another connection of the entity may have
         taken the turn meanwhile), charged and paced, and the connection muted until the next
@@ -110,9 +111,9 @@ class QuotaSettle(ResponseStage):
         user, client_id = client_of(ctx)
         handles = ctx.conn.charge_handles
         wait = 0
-        if not deliver and engine.enforcing:
+        if not deliver and enforcing:
             wait = q.fetch.paced_wait_ms(user, client_id, now, handles)
-        if deliver or not engine.enforcing or not (wait or request_throttle):
+        if deliver or not enforcing or not (wait or request_throttle):
             mute = q.fetch.record_and_get_throttle_ms(user, client_id, size, now, handles, paced=True)
             throttle(engine, ctx, "fetch", mute, now)
             throttle(engine, ctx, "request", request_throttle, now)

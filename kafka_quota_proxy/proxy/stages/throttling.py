@@ -8,8 +8,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     SASL_HANDSHAKE,
 )
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
-from kafka_quota_proxy.quota.resolution import sanitize_user
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
 REQUEST_QUOTA_EXEMPT = frozenset({SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE})
@@ -19,15 +18,18 @@ def client_of(ctx: RequestContext) -> tuple[str, str]:
     return ctx.conn.principal, ctx.header.client_id or ""
 
 
+def managers(ctx: RequestContext) -> ScopeManagers:
+    """The quota managers `ctx`'s connection is charged to, found when its broker connection was
+    made (`ConnectionInfo.quotas`): no request reaches the stages before that."""
+    found = ctx.conn.quotas
+    assert found is not None, "a request charged before its broker connection was made"
+    return found
+
+
 def throttle(engine: QuotaEngine, ctx: RequestContext, quota_type: str, throttle_ms: int,
              now_ms: int, per_user: bool = False) -> None:
     """Count a throttle and, when enforcing, hold the client for it. `per_user`: the quota is
     the user's alone (producer ids), so the throttle is counted without a client-id."""
-    if throttle_ms <= 0:
-        return
-    user, client_id = client_of(ctx)
-    engine.throttles.add(quota_type, sanitize_user(user), "" if per_user else client_id, throttle_ms, now_ms)
-    if engine.usage is not None:
-        engine.usage.throttled(user, client_id, quota_type, throttle_ms)
-    if engine.enforcing:
+    if throttle_ms > 0 and engine.throttled(quota_type, ctx.conn.principal, ctx.header.client_id or "",
+                                            throttle_ms, now_ms, per_user):
         ctx.throttle_for(throttle_ms)

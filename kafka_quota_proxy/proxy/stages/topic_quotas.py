@@ -51,7 +51,7 @@ from kafka_quota_proxy.protocol.walk import response_walker
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
-from kafka_quota_proxy.proxy.stages.throttling import client_of
+from kafka_quota_proxy.proxy.stages.throttling import client_of, managers
 
 # What a refused topic's partitions fail with, by `quota.topic_refusal`. The choice and what each
 # client does with it (bench/produce_refusal_clients.py): docs/topic-quotas.md.
@@ -85,12 +85,12 @@ class TopicQuotaCharge(RequestStage):
         if switches.exempting and engine.exempt(*client_of(ctx)):
             return None
         if ctx.api_key == SHARE_FETCH:  # only consumers share-fetch: no follower to tell apart
-            ctx.topic_quota = engine.scope(ctx.conn.upstream)
+            ctx.topic_quota = managers(ctx)
             return None
         if fetch:
             info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
             if info.replica_id < 0:  # a follower's fetch is the cluster's own, never a tenant's
-                ctx.topic_quota = engine.scope(ctx.conn.upstream)
+                ctx.topic_quota = managers(ctx)
                 ctx.fetch_max_wait_ms = info.max_wait_ms
             return None
         return self._produce(ctx)
@@ -101,7 +101,7 @@ class TopicQuotaCharge(RequestStage):
             layout = produce_layout(ctx.frame, ctx.header.body_offset, ctx.api_version)
         except ProtocolError:
             return None  # the broker answers a request it cannot read
-        manager = engine.scope(ctx.conn.upstream).topic_produce
+        manager = managers(ctx).topic_produce
         now = engine.clock()
         enforcing = engine.enforcing
         refused: list[int] = []
