@@ -1,0 +1,78 @@
+"""proxy/quotas/engine.py: the one call a quota stage makes to learn whether and when a request is
+charged (`charging`, `settling`), the one that counts a throttle (`throttled`), and a Produce
+charged in one call (`ClientQuotaManager.charge`)."""
+
+from __future__ import annotations
+
+from kafka_quota_proxy.config.quota_settings import QuotaSettings
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.managers import ChargeHandle
+from kafka_quota_proxy.quota.resolution import QuotaStore
+
+QUOTA = 1_000_000.0
+
+
+def engine(quotas: bool = True, **settings: object) -> tuple[QuotaEngine, list[int]]:
+    now = [5_000]
+    store = QuotaStore({QuotaEntity(client_id="c"): {QuotaKey.PRODUCER_BYTE_RATE: QUOTA}} if quotas else {})
+    return QuotaEngine(QuotaSettings(**settings), store, clock=lambda: now[0]), now  # type: ignore[arg-type]
+
+
+class Heard:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str, int]] = []
+
+    def throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None:
+        self.calls.append((user, client_id, quota_type, throttle_ms))
+
+
+def test_a_request_is_charged_with_the_switches_and_the_time_in_one_call() -> None:
+    e, now = engine()
+    now[0] = 7_000
+    charging = e.charging("alice", "c")
+    assert charging is not None
+    assert charging.now == 7_000 and charging.switches.charging and charging.switches.enforcing
+    assert e.settling().now == 7_000
+
+
+def test_nothing_is_charged_before_any_quota_in_mode_off_or_for_the_exempt() -> None:
+    assert engine(quotas=False)[0].charging("alice", "c") is None
+    assert engine(mode="off")[0].charging("alice", "c") is None
+    exempt = engine(exempt_principals=frozenset({"ops"}), exempt_client_ids=frozenset({"probe"}))[0]
+    assert exempt.charging("ops", "c") is None
+    assert exempt.charging("alice", "probe") is None
+    assert exempt.charging("alice", "c") is not None
+    observing = engine(mode="observe")[0].charging("alice", "c")
+    assert observing is not None and not observing.switches.enforcing
+
+
+def test_a_throttle_is_counted_and_told_to_the_usage_log_and_held_only_when_enforcing() -> None:
+    e, _ = engine()
+    heard = Heard()
+    e.usage = heard
+    assert e.throttled("produce", "alice", "c", 250, 5_000) is True
+    assert e.throttled("producer_ids", "alice", "c", 40, 5_000, per_user=True) is True
+    assert {k: (r.count, r.total_ms) for k, r in e.throttles.records.items()} == {
+        ("produce", "alice", "c"): (1, 250), ("producer_ids", "alice", ""): (1, 40)}
+    assert heard.calls == [("alice", "c", "produce", 250), ("alice", "c", "producer_ids", 40)]
+    observing, _ = engine(mode="observe")
+    assert observing.throttled("produce", "alice", "c", 250, 5_000) is False
+    assert observing.throttles.records[("produce", "alice", "c")].count == 1
+
+
+def test_a_produce_charged_in_one_call_says_when_to_read_one_request_at_a_time() -> None:
+    e, _ = engine()
+    manager = e.scope("broker").produce
+    handles: dict[object, ChargeHandle] = {}
+    # Within the quota so far: no throttle, reads ahead.
+    assert manager.charge("alice", "c", 1_000, 5_000, handles) == (0, False)
+    # A window's worth at once: throttled, and read alone until the answer has gone.
+    throttle_ms, alone = manager.charge("alice", "c", 30_000_000, 5_010, handles)
+    assert throttle_ms > 0 and alone
+    # Paced: held for the bytes' time at the quota less the first allowance ((N-1) W = 10 s:
+    # 30 s - 10 s), the requests waiting for their turns rather than read alone.
+    paced = engine()[0].scope("broker").produce
+    assert paced.charge("alice", "c", 30_000_000, 5_000, {}, paced=True) == (20_000, False)
+    # The client-id with no quota: nothing.
+    assert manager.charge("alice", "other", 30_000_000, 5_030, handles) == (0, False)
