@@ -86,69 +86,59 @@ proxy and the clients share this machine's cores.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, field
-from datetime import datetime
+from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient, NewTopic
-
 from bench.end_offsets import EndOffsets
+from bench.fidelity_clients import java_tool, rdkafka_produce, rdkafka_read
+from bench.fidelity_reading import (
+    ONE_BUDGET,
+    PATHS,
+    SHARE_EMPTY,
+    Outcome,
+    fetch_positions,
+    judge,
+    judge_end_offsets,
+    share_progress,
+)
+from bench.fidelity_table import medians, rows_of, write_timeline
+from bench.fidelity_workloads import (
+    MUTATIONS,
+    SCRAM_MECHANISM,
+    SCRAM_TENANTS,
+    SCRAM_USERS,
+    led_by_each,
+    measure_brokers,
+    measure_mutations,
+    measure_scram,
+)
 from bench.many_connections import (
     CLIENT_ID,
     QUOTA,
-    RATE_BOUND,
-    WINDOW_BOUND,
     client_quota,
     create_topic,
-    entity_quota,
     fill,
-    read,
-    throttle_cb,
 )
-from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings
+from bench.shared_accuracy import SLIDING_S
 from devkit.kafka import (
-    QUIET_LOG4J2,
     KafkaBroker,
     KafkaCluster,
     free_port,
-    java_command,
-    lib_dir,
     scram_client_properties,
     share_from_earliest,
 )
 from devkit.processes import ProxyProcess
-from devkit.producing import RECORD, Timeline, produce
+from devkit.producing import RECORD
 
-PATHS = ("kafka", "proxy")
-# The three-broker case's third path: a proxy with quota.scope cluster, one budget for all three
-# brokers, which Kafka has no counterpart for; judged against the quota alone.
-ONE_BUDGET = "proxy-cluster"
-# The share consumer case's third path: a proxy with quota.share_fetch_throttle empty, which
-# answers a throttled ShareFetch empty as Kafka's broker does, where by default it delivers.
-SHARE_EMPTY = "proxy-empty"
-THROTTLE_BOUND = 0.15  # the proxy's median mean throttle within 15% of Kafka's
 OVERRUN = 1.1  # a Java producer is given records for `seconds` at this many times the quota
 
-# The tools' quiet config, and the one NetworkClient line a throttled response writes.
-TRACE_NETWORK_LOG4J2 = QUIET_LOG4J2 + (
-    "logger.network.name = org.apache.kafka.clients.NetworkClient\n"
-    "logger.network.level = TRACE\n")
-THROTTLED = re.compile(r"Connection to node -?\d+ is throttled for (\d+) ms")
-SENT_FETCH = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] .*Sending FETCH request")
-FETCH_OFFSET = re.compile(r"fetchOffset=(\d+)")
 SMALL_FETCH, LARGE_FETCH = 64 * 1024, 50 * 1024 * 1024
-METRIC = re.compile(r"^([\w-]+):([\w.-]+):\{([^}]*)\}\s*:\s*(\S+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -200,256 +190,10 @@ CASES = {
 REQUEST_PERCENTAGE = 5
 ONE_RECORD_EACH = {"linger.ms": 0, "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1}
 
-# The mutations case: partitions/s, and the partitions of each topic it creates. Each accepted
-# CreateTopics takes the bucket PARTITIONS below what it had, a throttle of PARTITIONS / MUTATIONS s
-# (200 ms), so the topics come at five a second and a window holds 55 of them.
-MUTATIONS, PARTITIONS = 10, 2
-CREATE_TOPICS = Path(__file__).with_name("java") / "CreateTopicsLoop.java"
 SHARE_CONSUME = Path(__file__).with_name("java") / "ShareConsumeLoop.java"
-GIVEN = re.compile(r"^(\d+) (\d+)$", re.M)
-CREATED = re.compile(r"^(\d+) created \S+$", re.M)
-REFUSED = re.compile(r"^(\d+) refused (\d+)$", re.M)
-FAILED = re.compile(r"^\d+ error (.*)$", re.M)
-
-# The SCRAM case's users, created on Kafka's SASL listener; `admin` manages quotas at the proxy and
-# `service` is the proxy's own login for its metadata.
-SCRAM_USERS = {"admin": "admin-secret", "alice": "alice-secret", "bob": "bob-secret",
-               "service": "service-secret"}
-SCRAM_MECHANISM = "SCRAM-SHA-512"
 
 
-@dataclass(frozen=True)
-class Tenant:
-    """One producer of the SCRAM case: logged in as `user`, with `client_id`; the quota entity
-    KIP-55's precedence picks for it gives it `share` of QUOTA."""
-
-    case: str
-    user: str
-    client_id: str
-    share: float
-
-
-SCRAM_TENANTS = (
-    Tenant("scram-user-client", "alice", CLIENT_ID, 0.5),  # /users/alice/clients/bulk
-    Tenant("scram-user", "alice", "other", 1.0),  # /users/alice
-    Tenant("scram-default-user", "bob", CLIENT_ID, 0.75),  # /users/<default>
-)
-# kafka-configs' entity arguments and each one's share of QUOTA. /clients/bulk ranks below
-# /users/<default>: were the precedence wrong, bob's producer would get a quarter.
-SCRAM_QUOTAS = (
-    (("--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients",
-      "--entity-name", CLIENT_ID), 0.5),
-    (("--entity-type", "users", "--entity-name", "alice"), 1.0),
-    (("--entity-type", "users", "--entity-default"), 0.75),
-    (("--entity-type", "clients", "--entity-name", CLIENT_ID), 0.25),
-)
-
-
-@dataclass
-class Outcome:
-    """One path's run of one case."""
-
-    case: str
-    path: str
-    round: int = 0
-    rate: float | None = None  # bytes/s over whole windows, measured at the broker
-    worst: float | None = None  # bytes in the fullest sliding 11 s window of that span
-    worst_at: float = 0.0  # where that window starts, seconds after the start
-    span: tuple[float, float] | None = None  # seconds after the start
-    throttles: list[int] = field(default_factory=list)  # ms, each response that throttled
-    metrics: dict[str, float] = field(default_factory=dict)  # the Java tool's --print-metrics
-    errors: list[str] = field(default_factory=list)
-    quota: float = QUOTA  # bytes/s, the quota the rate is judged against
-    timeline: Timeline | None = None  # what was judged, for --timelines
-    # set where there is no quota to divide by: the rate and the fullest window's rate are
-    # printed as they are, in this unit, and the proxy's window is compared relatively
-    unit: str = ""
-
-    @property
-    def mean_throttle(self) -> float | None:
-        return statistics.fmean(self.throttles) if self.throttles else None
-
-
-# -- reading what the clients say ---------------------------------------------------------------------
-
-def throttles(text: str) -> list[int]:
-    """The throttle time (ms) of each response a Java client logged as throttling it (at TRACE,
-    TRACE_NETWORK_LOG4J2)."""
-    return [int(m.group(1)) for m in THROTTLED.finditer(text)]
-
-
-def fetch_positions(text: str, origin: float, record: int, wall_offset: float) -> Timeline:
-    """A Java consumer's position over time from the FETCH requests its NetworkClient logged (at
-    DEBUG): each asks from the offset after what it has been given, so the furthest offset asked so
-    far times `record` (a partition of records of one size) is what it was given, stamped a few ms
-    after it came. The log's times are this machine's wall clock in its time zone; `wall_offset`
-    is time.time() - time.monotonic(), `origin` the monotonic start. One partition: offsets of
-    several are not added up. (Its `--show-detailed-stats` are no clock: a line is printed only
-    when a record is consumed after the interval, so a burst shows up to a throttle late.)"""
-    out = Timeline([(0.0, 0)])
-    furthest = first = None
-    for line in text.splitlines():
-        m = SENT_FETCH.match(line)
-        if m is None:
-            continue
-        offsets = [int(x) for x in FETCH_OFFSET.findall(line)]
-        if not offsets:
-            continue
-        if first is None:
-            first = min(offsets)  # where it started reading: nothing given yet
-        if furthest is not None and max(offsets) <= furthest:
-            continue
-        furthest = max(offsets)
-        wall = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        out.marks.append((wall - wall_offset - origin, (furthest - first) * record))
-    return out
-
-
-def client_metrics(text: str) -> dict[str, float]:
-    """`--print-metrics` lines ("group:name:{tags} : value") as {"group:name": value}; where a
-    metric is printed for several tag sets (one per node, say), the largest. NaN (a sensor with no
-    value yet) is left out."""
-    found: dict[str, float] = {}
-    for line in text.splitlines():
-        m = METRIC.match(line.strip())
-        if m is None:
-            continue
-        try:
-            value = float(m.group(4))
-        except ValueError:
-            continue
-        if value != value:
-            continue
-        key = f"{m.group(1)}:{m.group(2)}"
-        found[key] = max(found.get(key, value), value)
-    return found
-
-
-# -- measuring at the broker --------------------------------------------------------------------------
-
-def judge(timeline: Timeline, out: Outcome, warm_up: float, between_readings: bool = False) -> Outcome:
-    """The rate over whole SLIDING_S windows from `warm_up` after the first byte to the last whole
-    one before the last byte, and the fullest sliding window of that span: `fullest`'s, stepped
-    every 0.25 s, or with `between_readings` (the broker's end offsets, read every READ_EVERY_S)
-    the most counted between two readings a window apart (`fullest_between_readings`)."""
-    out.timeline = timeline
-    marks = timeline.marks
-    moving = [t for t, n in marks if n > 0]
-    if not moving:
-        out.errors.append("the broker appended nothing")
-        return out
-    final = marks[-1][1]
-    last = next(t for t, n in marks if n >= final)
-    start = moving[0] + warm_up
-    windows = int((last - start) // SLIDING_S)
-    if windows < 1:
-        out.errors.append(f"{last - moving[0]:.1f} s from the first byte to the last: no whole "
-                          f"{SLIDING_S:.0f} s window after the {warm_up:.0f} s warm-up")
-        return out
-    end = start + windows * SLIDING_S
-    out.span = (start, end)
-    out.rate = (timeline.at(end) - timeline.at(start)) / (end - start)
-    out.worst, out.worst_at = (fullest_between_readings(marks, start, end) if between_readings
-                               else fullest(timeline.at, start, end))
-    return out
-
-
-# -- the workloads ------------------------------------------------------------------------------------
-
-def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome,
-              print_metrics: bool = True) -> str:
-    """One of Kafka's perf tools (`tool`: its class in org.apache.kafka.tools, or a Java source
-    file on Kafka's jars) with `args`, its NetworkClient logging to standard error at TRACE: its
-    throttled responses and (`print_metrics`, a perf tool's) its throttle metrics into `out`;
-    returns its standard output, then that log."""
-    main = tool if tool.endswith(".java") else f"org.apache.kafka.tools.{tool}"
-    name = Path(tool).stem
-    with tempfile.TemporaryDirectory(prefix="kafka-fidelity-") as scratch:
-        log4j = Path(scratch, "log4j2.properties")
-        log4j.write_text(TRACE_NETWORK_LOG4J2)
-        cmd = java_command(main, *args, *(["--print-metrics"] if print_metrics else []),
-                           lib=lib_dir(None), log4j=log4j)
-        try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as e:
-            out.errors.append(f"{name} ran over {timeout:.0f} s")
-            text = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
-            out.throttles = throttles(text)
-            return text
-    out.throttles = throttles(done.stderr)
-    out.metrics = {k.split(":", 1)[1]: v for k, v in client_metrics(done.stdout).items()
-                   if k.split(":", 1)[1] in THROTTLE_METRICS}
-    if done.returncode != 0:
-        out.errors.append(f"{name} exited {done.returncode}: "
-                          f"{done.stderr.strip().splitlines()[-1:] or done.stdout[-300:]}")
-    return done.stdout + done.stderr
-
-
-THROTTLE_METRICS = ("produce-throttle-time-avg", "produce-throttle-time-max",
-                    "fetch-throttle-time-avg", "fetch-throttle-time-max")
-
-
-def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, out: Outcome,
-                    client_id: str = CLIENT_ID, config: Mapping[str, object] | None = None,
-                    per_broker: bool = False) -> None:
-    """devkit.producing's librdkafka producer flat out for `seconds` from `start`, with `config`
-    added to its settings, each throttle it was told into `out`, and from its last statistics the
-    Produce requests it sent and their mean batch size: more requests, each smaller, are told more
-    throttles, each shorter, for the same bytes. `per_broker`: also each broker's throttles (count
-    and mean) and Produce requests."""
-    told: list[int] = []
-    by_broker: dict[int, list[int]] | None = {} if per_broker else None
-    timeline = Timeline()
-    stats: list[str] = []
-    produce(bootstrap, topic, client_id, start, seconds, timeline,
-            config={**(config or {}), "throttle_cb": throttle_cb(told, by_broker),
-                    "statistics.interval.ms": 1000, "stats_cb": stats.append})
-    out.throttles = told
-    out.metrics.update(produce_statistics(stats, per_broker))
-    for broker, ms in sorted((by_broker or {}).items()):
-        out.metrics[f"throttled-{broker}"] = len(ms)
-        out.metrics[f"throttle-mean-ms-{broker}"] = statistics.fmean(ms)
-    if timeline.errors:
-        out.errors.append(f"{timeline.errors} records not delivered")
-
-
-def produce_statistics(texts: Sequence[str], per_broker: bool = False) -> dict[str, float]:
-    """From librdkafka's statistics (JSON, one each interval): the Produce requests sent to all
-    brokers (a counter: the last one's), and the mean size of the batches in them (bytes; each
-    interval's `batchsize` window covers that interval only, so summed over all of them).
-    `per_broker`: also each broker's Produce requests, by node id."""
-    if not texts:
-        return {}
-    sent = [(b.get("nodeid", -1), b.get("req", {}).get("Produce", 0))
-            for b in json.loads(texts[-1]).get("brokers", {}).values()]
-    found: dict[str, float] = {"produce-requests": sum(n for _, n in sent)}
-    if per_broker:  # not the bootstrap entries, whose node id is -1
-        found.update((f"produce-requests-{node}", n) for node, n in sent if node >= 0)
-    total = count = 0
-    for text in texts:
-        for topic in json.loads(text).get("topics", {}).values():
-            total += topic.get("batchsize", {}).get("sum", 0)
-            count += topic.get("batchsize", {}).get("cnt", 0)
-    if count:
-        found["batch-avg-bytes"] = total / count
-    return found
-
-
-def rdkafka_read(bootstrap: str, topic: str, group: str, fetch: int, seconds: float, start: float,
-                 out: Outcome) -> Timeline:
-    """bench.many_connections' librdkafka consumer in `group` for `seconds` from `start`,
-    fetching at most `fetch` bytes: the bytes of the records it read over time, and each throttle
-    it was told into `out`."""
-    told: list[int] = []
-    timeline = Timeline()
-    read(bootstrap, topic, group, start, seconds, timeline,
-         config={"fetch.max.bytes": fetch, "max.partition.fetch.bytes": fetch,
-                 # librdkafka wants fetch.max.bytes at least this (1,000,000 by default)
-                 "message.max.bytes": min(fetch, 1_000_000), "throttle_cb": throttle_cb(told)})
-    out.throttles = told
-    return timeline
-
+# -- one client of a case, and the rounds (the other workloads: fidelity_workloads.py) ---------------
 
 def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: str,
             seconds: float, warm_up: float, group: str = "fidelity") -> Outcome:
@@ -496,209 +240,6 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
                             config=ONE_RECORD_EACH if case.requests else None)
         time.sleep(0.5)  # the last acknowledged bytes' offsets
     return judge_end_offsets(meter, out, warm_up)
-
-
-def judge_end_offsets(meter: EndOffsets, out: Outcome, warm_up: float) -> Outcome:
-    """`judge` on what `meter` read, saying so where its readings failed or stalled."""
-    if meter.timeline.errors:
-        out.errors.append(f"{meter.timeline.errors} end-offset readings failed")
-    out = judge(meter.timeline, out, warm_up, between_readings=True)
-    stall, at = longest_gap(meter.timeline)
-    if stall > 1.0:  # read every READ_EVERY_S: a window near it may hold up to that much less
-        out.errors.append(f"the end offsets went unread for {stall:.1f} s from {at:.1f} s")
-    return out
-
-
-def measure_scram(path: str, broker: KafkaBroker, quotas_at: str, login: str | None, clients_at: str,
-                  topics: Sequence[str], seconds: float, warm_up: float) -> list[Outcome]:
-    """The SCRAM case on `path`: SCRAM_QUOTAS set with kafka-configs at `quotas_at` (logged in with
-    the properties file `login`, if any), then SCRAM_TENANTS' producers flat out together at
-    `clients_at`, each to its own one-partition topic of `topics`, each judged against its own
-    share of QUOTA from the broker's end offsets; the quotas deleted after."""
-    outs = [Outcome(t.case, path, quota=QUOTA * t.share) for t in SCRAM_TENANTS]
-    for entity, share in SCRAM_QUOTAS:
-        entity_quota(quotas_at, entity, "producer_byte_rate", int(QUOTA * share), login, settle=0)
-    time.sleep(2)  # a broker applies a quota from its metadata a moment later
-    try:
-        start = time.monotonic() + 0.5
-        meters = [EndOffsets(broker.bootstrap, topic, 1, RECORD, start) for topic in topics]
-        with ExitStack() as stack:
-            for meter in meters:
-                stack.enter_context(meter)
-            producers = [threading.Thread(target=rdkafka_produce, args=(
-                clients_at, topic, seconds, start, out, t.client_id,
-                {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": SCRAM_MECHANISM,
-                 "sasl.username": t.user, "sasl.password": SCRAM_USERS[t.user]}))
-                for topic, t, out in zip(topics, SCRAM_TENANTS, outs, strict=True)]
-            for thread in producers:
-                thread.start()
-            for thread in producers:
-                thread.join(seconds + 60)
-            time.sleep(0.5)  # the last acknowledged bytes' offsets
-    finally:
-        for entity, _ in SCRAM_QUOTAS:
-            entity_quota(quotas_at, entity, "producer_byte_rate", None, login, settle=0)
-    return [judge_end_offsets(meter, out, warm_up) for meter, out in zip(meters, outs, strict=True)]
-
-
-def share_progress(text: str) -> Timeline:
-    """The value bytes ShareConsumeLoop was given over time: (seconds since its start, so far)."""
-    return Timeline([(0.0, 0), *((int(m.group(1)) / 1000, int(m.group(2))) for m in GIVEN.finditer(text))])
-
-
-def creations(text: str, partitions: int) -> Timeline:
-    """The partitions CreateTopicsLoop created over time: (seconds since its start, so far)."""
-    timeline = Timeline([(0.0, 0)])
-    for i, m in enumerate(CREATED.finditer(text), 1):
-        timeline.marks.append((int(m.group(1)) / 1000, i * partitions))
-    return timeline
-
-
-def measure_mutations(path: str, broker: KafkaBroker, bootstrap: str, prefix: str, seconds: float,
-                      warm_up: float) -> Outcome:
-    """The mutations case on `path`: Kafka's Admin client creating topics of PARTITIONS
-    partitions at `bootstrap` one request at a time for `seconds`, its retry on error 89 off
-    (bench/java/CreateTopicsLoop.java), judged against MUTATIONS partitions/s; every throttle its
-    NetworkClient was told, and the refusals (error 89) with theirs. The topics are deleted after,
-    straight at the broker by a client-id without a quota."""
-    out = Outcome("java-create-topics", path, quota=MUTATIONS)
-    text = java_tool(str(CREATE_TOPICS), [bootstrap, CLIENT_ID, prefix, str(PARTITIONS), str(int(seconds))],
-                     seconds * 2 + 60, out, print_metrics=False)
-    refused = [int(m.group(2)) for m in REFUSED.finditer(text)]
-    out.metrics = {"refused": len(refused)}
-    if refused:
-        out.metrics["refused-throttle-avg"] = statistics.fmean(refused)
-    out.errors.extend(m.group(1) for m in FAILED.finditer(text))
-    created = creations(text, PARTITIONS)
-    judge(created, out, warm_up)
-    topics = [f"{prefix}-{i}" for i in range(len(created.marks) - 1)]
-    if topics:
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap, "client.id": "fidelity-admin"})
-        for future in admin.delete_topics(topics, operation_timeout=60).values():
-            future.result(120)
-    return out
-
-
-def led_by_each(cluster: KafkaCluster, topic: str) -> None:
-    """Create `topic` with one partition on each of the cluster's brokers, which leads it."""
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    replicas = [[n.node_id] for n in cluster.nodes]
-    admin.create_topics([NewTopic(topic, len(replicas), replica_assignment=replicas)])[topic].result(60)
-
-
-def measure_brokers(path: str, cluster: KafkaCluster, bootstrap: str, topic: str, seconds: float,
-                    warm_up: float) -> Outcome:
-    """The three-broker case on `path`: the librdkafka producer flat out at `bootstrap` for
-    `seconds` to `topic`, a partition led by each broker, its rate from the end offsets summed over
-    them. Kafka's brokers each enforce the quota for their own partition, as does the proxy with
-    scope broker: three times the quota, the measure for those paths; with scope cluster, one."""
-    brokers = len(cluster.nodes)
-    out = Outcome("three-brokers", path, quota=QUOTA * (1 if path == ONE_BUDGET else brokers))
-    start = time.monotonic() + 0.5
-    with EndOffsets(cluster.bootstrap, topic, brokers, RECORD, start) as meter:
-        rdkafka_produce(bootstrap, topic, seconds, start, out, per_broker=True)
-        time.sleep(0.5)  # the last acknowledged bytes' offsets
-    # Partition i is led by the i-th node (`led_by_each`): what each broker appended.
-    for node, appended in zip(cluster.nodes, meter.last, strict=False):
-        out.metrics[f"appended-mb-{node.node_id}"] = appended * RECORD / 1e6
-    return judge_end_offsets(meter, out, warm_up)
-
-
-def longest_gap(timeline: Timeline) -> tuple[float, float]:
-    """The longest time between two readings of `timeline`, and when it began."""
-    marks = timeline.marks
-    return max(((b[0] - a[0], a[0]) for a, b in zip(marks, marks[1:], strict=False)), default=(0.0, 0.0))
-
-
-# -- the table -----------------------------------------------------------------------------------------
-
-def rows_of(r: Outcome) -> list[tuple[str, str]]:
-    name = f"{r.case}, {r.path}, run {r.round + 1}"
-    rows = []
-    if r.rate is not None and r.worst is not None and r.span is not None:
-        if r.unit:
-            rows.append((f"{name}: {r.unit}, {r.span[0]:.1f}-{r.span[1]:.1f} s",
-                         f"{r.rate:.1f}, fullest window {r.worst / SLIDING_S:.1f} from {r.worst_at:.2f} s"))
-        else:
-            rows.append((f"{name}: rate / quota, {r.span[0]:.1f}-{r.span[1]:.1f} s",
-                         f"{r.rate / r.quota:.3f}, worst {r.worst / (r.quota * SLIDING_S):.3f}x "
-                         f"from {r.worst_at:.2f} s"))
-    mean = r.mean_throttle
-    told = f"{len(r.throttles)} throttled" + (f", mean {mean:.0f} ms" if mean is not None else "")
-    if r.metrics:
-        told += ", the tool's " + ", ".join(f"{k} {v:.0f}" for k, v in sorted(r.metrics.items()))
-    rows.append((f"{name}: throttles told", told))
-    if r.errors:
-        rows.append((f"{name}: errors", "; ".join(r.errors)))
-    return rows
-
-
-def medians(results: Sequence[Outcome]) -> list[tuple[str, str]]:
-    """Each case's medians per path over its measured runs (rate, worst window, mean throttle), then
-    the proxy's gap from Kafka's broker where both have runs, against the bounds."""
-    by_case: dict[str, dict[str, list[Outcome]]] = {}
-    for r in results:
-        if r.rate is not None and r.worst is not None:
-            by_case.setdefault(r.case, {}).setdefault(r.path, []).append(r)
-    rows: list[tuple[str, str]] = []
-    for case, by_path in by_case.items():
-        mid: dict[str, tuple[float, float, float | None]] = {}
-        unit = next(iter(by_path.values()))[0].unit  # every run of a case has the same
-        for path in (*PATHS, ONE_BUDGET, SHARE_EMPTY):
-            runs = by_path.get(path)
-            if not runs:
-                continue
-            quota = runs[0].quota  # every run of a case has the same
-            rate = statistics.median(r.rate for r in runs if r.rate is not None) / quota
-            worst = statistics.median(r.worst for r in runs if r.worst is not None) / (quota * SLIDING_S)
-            means = [m for r in runs if (m := r.mean_throttle) is not None]
-            throttle = statistics.median(means) if means else None
-            mid[path] = (rate, worst, throttle)
-            figures = (f"{rate:.1f} {unit}, fullest window {worst:.1f}" if unit
-                       else f"{rate:.3f}, worst {worst:.3f}x")
-            rows.append((f"{case}, {path}: median of {len(runs)}",
-                         f"{figures}, mean throttle "
-                         f"{'-' if throttle is None else f'{throttle:.0f} ms'} (rates "
-                         f"{', '.join(f'{r.rate / quota:.3f}' for r in runs if r.rate is not None)})"))
-        if "kafka" in mid and "proxy" in mid:
-            rows.append((f"{case}: proxy - Kafka", gap(mid["kafka"], mid["proxy"],
-                                                       relative_window=bool(unit))))
-    return rows
-
-
-def gap(kafka: tuple[float, float, float | None], proxy: tuple[float, float, float | None],
-        relative_window: bool = False) -> str:
-    """The proxy's medians against Kafka's: rate (relative), worst window (in the quota's worth, or
-    with `relative_window` relative, where there is no quota to measure it in), mean throttle
-    (relative), and whether all three are within the bounds."""
-    rate_gap = proxy[0] / kafka[0] - 1
-    if relative_window:
-        window_gap = proxy[1] / kafka[1] - 1
-        within = abs(rate_gap) <= RATE_BOUND and abs(window_gap) <= RATE_BOUND
-        text = f"rate {rate_gap:+.1%}, fullest window {window_gap:+.1%}"
-    else:
-        window_gap = proxy[1] - kafka[1]
-        within = abs(rate_gap) <= RATE_BOUND and abs(window_gap) <= WINDOW_BOUND
-        text = f"rate {rate_gap:+.1%}, worst {window_gap:+.3f}x"
-    if kafka[2] and proxy[2] is not None:
-        throttle_gap = proxy[2] / kafka[2] - 1
-        within = within and abs(throttle_gap) <= THROTTLE_BOUND
-        text += f", mean throttle {throttle_gap:+.1%}"
-    else:
-        within = False
-        text += ", mean throttle not compared (no throttles on a path)"
-    bounds = f"{RATE_BOUND:.0%}, {WINDOW_BOUND}x, {THROTTLE_BOUND:.0%}"
-    return f"{text}: {'within' if within else 'outside'} {bounds}"
-
-
-def write_timeline(directory: Path, out: Outcome) -> None:
-    """`out`'s timeline as CSV (seconds, bytes or partitions so far), one file per case, path and
-    round: where an outlier's fullest window came from."""
-    if out.timeline is not None:
-        # to the microsecond: whether a fullest window holds a burst can turn on less than a ms
-        lines = [f"{t:.6f},{n}" for t, n in out.timeline.marks]
-        Path(directory, f"{out.case}-{out.path}-{out.round + 1}.csv").write_text(
-            "seconds,so_far\n" + "\n".join(lines) + "\n")
 
 
 def run(cases: Sequence[str] = tuple(CASES), runs: int = 3, paths: Sequence[str] = PATHS,

@@ -11,31 +11,23 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.kafka_fidelity import (
-    CASES,
-    CREATE_TOPICS,
+from bench.fidelity_clients import produce_statistics
+from bench.fidelity_reading import (
     FAILED,
-    MUTATIONS,
-    PARTITIONS,
     REFUSED,
-    SCRAM_QUOTAS,
-    SCRAM_TENANTS,
-    SHARE_CONSUME,
     Outcome,
     client_metrics,
     creations,
     fetch_positions,
-    gap,
     judge,
     longest_gap,
-    medians,
-    produce_statistics,
     share_progress,
-    throttle_cb,
     throttles,
-    write_timeline,
 )
-from bench.many_connections import QUOTA
+from bench.fidelity_table import gap, medians, write_timeline
+from bench.fidelity_workloads import CREATE_TOPICS, MUTATIONS, PARTITIONS, SCRAM_QUOTAS, SCRAM_TENANTS
+from bench.kafka_fidelity import CASES, SHARE_CONSUME
+from bench.many_connections import QUOTA, throttle_cb
 from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings
 from devkit.producing import Timeline
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey

@@ -41,11 +41,11 @@ def test_one_producer_gets_from_the_proxy_what_kafkas_broker_gives_it(kafka_brok
         broker_quota(kafka_broker, "producer_byte_rate", QUOTA, client_id)
         try:
             kafka = measure("kafka", "produce", 1, kafka_broker.bootstrap, topics["kafka"], SECONDS,
-                            WARM_UP, BATCH_KIB, client_id)
+                            WARM_UP, BATCH_KIB, client_id, broker=kafka_broker.bootstrap)
         finally:
             broker_quota(kafka_broker, "producer_byte_rate", None, client_id)
         proxied = measure("proxy", "produce", 1, proxy.bootstrap, topics["proxy"], SECONDS,
-                          WARM_UP, BATCH_KIB, client_id)
+                          WARM_UP, BATCH_KIB, client_id, broker=kafka_broker.bootstrap)
     finally:
         proxy.stop()
     assert kafka.errors == 0 and proxied.errors == 0
