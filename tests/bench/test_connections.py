@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from bench import connections
-from bench.connections import MIB, flood_config, stack
+from bench.connections import flood_config
+from bench.connections_stack import MIB, stack
 
 pytestmark = pytest.mark.integration
 
