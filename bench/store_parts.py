@@ -33,7 +33,8 @@ from pathlib import Path
 
 from bench import store_clients
 from bench.store_script import SCRIPTS, SYNC_SCRIPT, bucket_keys, sync_args
-from devkit.valkey import Connection, ReplyError, ValkeyCluster, ValkeyServer, parse_info
+from devkit.resp import Connection, ReplyError, parse_info
+from devkit.valkey import ValkeyCluster, ValkeyServer
 
 START_REPEATS = 7
 CALL_ROUNDS = 5

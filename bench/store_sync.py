@@ -40,7 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.store_script import SYNC_SCRIPT_BATCHED, bucket_keys, sync_args
-from devkit.valkey import ValkeyServer, encode_command
+from devkit.resp import encode_command
+from devkit.valkey import ValkeyServer
 from kafka_quota_proxy.proxy.store.calls import bucket_call
 from kafka_quota_proxy.proxy.store.scripts import SYNC_BUCKET
 from kafka_quota_proxy.quota.rate import MetricConfig

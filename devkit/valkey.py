@@ -29,17 +29,10 @@ from typing import Any, Literal
 
 from devkit.processes import LOOPBACK, die_with_parent, free_port, log_tail
 from devkit.relay import Relay
+from devkit.resp import Connection, Reader, ValkeyError, checked, encode_command, parse_info
 
 SLOTS = 16384
 Persistence = Literal["none", "rdb", "aof"]
-
-
-class ValkeyError(RuntimeError):
-    """A server could not be found, started, reached or formed into a cluster; the message says why."""
-
-
-class ReplyError(ValkeyError):
-    """The server answered a command with an error reply (-ERR, -CROSSSLOT, -MOVED, ...)."""
 
 
 def valkey_binary(explicit: str | None = None) -> str:
@@ -60,103 +53,6 @@ def valkey_binary(explicit: str | None = None) -> str:
 
 
 # -- a few lines of RESP ---------------------------------------------------------------------------
-
-def encode_command(args: Sequence[Any]) -> bytes:
-    """One command as RESP, the way clients send it."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else str(arg).encode()
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-class _Reader:
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.buf = bytearray()
-        self.pos = 0
-
-    def _line(self) -> bytes:
-        while (end := self.buf.find(b"\r\n", self.pos)) < 0:
-            self._more()
-        line = bytes(self.buf[self.pos:end])
-        self.pos = end + 2
-        return line
-
-    def _more(self) -> None:
-        data = self.sock.recv(65536)
-        if not data:
-            raise ConnectionError("the server closed the connection")
-        del self.buf[:self.pos]
-        self.pos = 0
-        self.buf += data
-
-    def reply(self) -> Any:
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            return ReplyError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            while len(self.buf) < self.pos + n + 2:
-                self._more()
-            data = bytes(self.buf[self.pos:self.pos + n])
-            self.pos += n + 2
-            return data
-        if kind == b"*":
-            n = int(rest)
-            return None if n < 0 else [self.reply() for _ in range(n)]
-        raise ValkeyError(f"unexpected reply {line[:40]!r}")
-
-
-def _raise(value: Any) -> Any:
-    if isinstance(value, ReplyError):
-        raise value
-    if isinstance(value, list):
-        return [_raise(v) for v in value]
-    return value
-
-
-class Connection:
-    """One open connection to a server (after AUTH if it has a password), for callers that send
-    many commands: `ValkeyServer.command` opens a new one each time."""
-
-    def __init__(self, sock: socket.socket, password: str | None) -> None:
-        self.sock = sock
-        self.reader = _Reader(sock)
-        if password:
-            self.command("AUTH", password)
-
-    def command(self, *args: Any) -> Any:
-        self.sock.sendall(encode_command(args))
-        return _raise(self.reader.reply())
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> Connection:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-
-def parse_info(text: bytes | str) -> dict[str, str]:
-    """INFO's `key:value` lines as a dict of strings."""
-    if isinstance(text, bytes):
-        text = text.decode()
-    out = {}
-    for line in text.splitlines():
-        if ":" in line and not line.startswith("#"):
-            key, value = line.split(":", 1)
-            out[key] = value
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,16 +298,16 @@ class ValkeyServer:
         """Send `commands` on one new connection (after AUTH if there is a password) and return
         their replies; an error reply comes back as a ReplyError in the list, not raised."""
         with self.connect(timeout) as sock:
-            reader = _Reader(sock)
+            reader = Reader(sock)
             if self.password:
                 sock.sendall(encode_command(["AUTH", self.password]))
-                _raise(reader.reply())
+                checked(reader.reply())
             sock.sendall(b"".join(encode_command(c) for c in commands))
             return [reader.reply() for _ in commands]
 
     def command(self, *args: Any, timeout: float = 5.0) -> Any:
         """One command's reply (bytes, str, int, list or None); ReplyError if it is an error."""
-        return _raise(self.pipeline(args, timeout=timeout)[0])
+        return checked(self.pipeline(args, timeout=timeout)[0])
 
     def info(self, section: str = "", timeout: float = 5.0) -> dict[str, str]:
         return parse_info(self.command("INFO", *([section] if section else []), timeout=timeout))

@@ -20,8 +20,9 @@ import time
 from contextlib import ExitStack
 
 from devkit.producing import Timeline, produce, start_replicas
+from devkit.resp import ValkeyError
 from devkit.tansu import Broker, BrokerError
-from devkit.valkey import ValkeyError, ValkeyServer
+from devkit.valkey import ValkeyServer
 
 MIB = 1024 * 1024
 CLIENT_ID = "shared-tenant"

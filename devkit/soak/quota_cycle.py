@@ -19,8 +19,9 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from devkit.processes import ProxyProcess
+from devkit.soak.disturbers import ConfigRewriter
 from devkit.soak.run import PARTITIONS, TOPIC, YAML_VARIANTS
-from devkit.soak.workload import ConfigRewriter, KafkaPythonProducer, Ledger, stop_all
+from devkit.soak.workload import KafkaPythonProducer, Ledger, stop_all
 from devkit.tansu import Broker
 
 CLIENT_ID = "soak-kafka-python"  # the client-id the soak's YAML quota names

@@ -12,16 +12,13 @@ from pathlib import Path
 from devkit.processes import ProxyProcess
 from devkit.soak import samples as sampling
 from devkit.soak import verdict
+from devkit.soak.disturbers import AbruptCloser, Churn, ConfigRewriter, QuotaChanger
 from devkit.soak.quota_admin import QuotaAdmin
 from devkit.soak.samples import Sample
 from devkit.soak.workload import (
-    AbruptCloser,
-    Churn,
-    ConfigRewriter,
     ConfluentProducer,
     KafkaPythonProducer,
     Ledger,
-    QuotaChanger,
     Reader,
     Worker,
     pause,

@@ -15,7 +15,8 @@ import pytest
 from bench.store_script import SYNC_SCRIPT, bucket_keys, sync_args
 from devkit.processes import LOOPBACK
 from devkit.relay import Relay
-from devkit.valkey import ReplyError, ValkeyCluster, ValkeyError, ValkeyServer, slot_ranges, tls_files
+from devkit.resp import ReplyError, ValkeyError
+from devkit.valkey import ValkeyCluster, ValkeyServer, slot_ranges, tls_files
 
 
 def test_answers_ping_on_tcp_and_on_a_unix_socket(valkey: ValkeyServer, valkey_unix: ValkeyServer) -> None:

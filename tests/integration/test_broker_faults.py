@@ -16,7 +16,6 @@ from devkit.broker_faults import (
     CUT,
     KILL,
     SIGSTOP,
-    Delivery,
     Stack,
     create_topic,
     read_back,
@@ -24,6 +23,7 @@ from devkit.broker_faults import (
     running_stack,
     table,
 )
+from devkit.broker_faults_load import Delivery
 
 pytestmark = pytest.mark.integration
 
