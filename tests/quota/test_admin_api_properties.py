@@ -42,7 +42,7 @@ RESPONSES = {48: DescribeClientQuotasResponse, 49: AlterClientQuotasResponse}
 
 
 def stage() -> ClientQuotasApi:
-    """Open to every principal: who may is tests/proxy/test_quota_access.py's business."""
+    """Open to every principal: who may is tests/proxy/quotas/test_quota_access.py's business."""
     store = QuotaStore()
     engine = QuotaEngine(parse_quota_section({"alter_principals": ["*"]}), store)
     return ClientQuotasApi(QuotaControl(store, QUOTAS, None), engine, QuotaAccess(authenticated=False))

@@ -1,7 +1,7 @@
 """What a connection's core (core.py) asks of its shell (client.py), in the order it asks: frames
 to the broker, bytes to the client, reading paused or resumed, a wait until a time or on work
 done elsewhere, waits called off, the end. The shell carries each out as it comes; tests read
-them (tests/proxy/test_core.py)."""
+them (tests/proxy/datapath/test_core.py)."""
 
 from __future__ import annotations
 

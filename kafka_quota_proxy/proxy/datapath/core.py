@@ -3,7 +3,7 @@
 The shell (client.py) tells the core what happened, with the loop's time: bytes read from the
 client, a response from the broker, a wait's end, work done elsewhere. The core decides, and
 emits the actions the shell is to carry out, in order (actions.py). Tests feed it bytes on a fake
-clock and read the actions (tests/proxy/test_core.py). It keeps the requests read and not yet
+clock and read the actions (tests/proxy/datapath/test_core.py). It keeps the requests read and not yet
 handled (`Intake`), the response order (`ResponseQueue`), the throttle's mute (`Mute`), and why
 reading is paused (`reasons`). Every wait is for a `Pause` reason, until a time (a throttle, a
 paced turn, an answer held back) or until work done elsewhere is (a PLAIN password checked on a

@@ -161,7 +161,7 @@ def test_every_metric_a_proxy_exports_has_a_merge_rule(tmp_path: Path) -> None:
 def test_every_merge_rule_is_documented() -> None:
     """docs/metrics.md, "With --workers": a row names each metric (in full, or `..._rest` after
     one in full) and its rule."""
-    text = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text()
+    text = (Path(__file__).resolve().parents[3] / "docs" / "metrics.md").read_text()
     section = text.split("## With `--workers`", 1)[1]
     documented: dict[str, str] = {}
     for row in section.splitlines():
