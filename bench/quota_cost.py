@@ -77,7 +77,7 @@ def produce_ns(key: QuotaKey | None, shared: bool = False) -> float:
 
     def one() -> None:
         ctx = ctxs[next(turn) % TENANTS]
-        ctx.quota, ctx.throttle_ms = None, 0
+        ctx.charged, ctx.throttle_ms = None, 0
         charge.on_request(ctx)
         settle.wants(ctx)
         merge.wants(ctx)
@@ -96,7 +96,7 @@ def fetch_ns(key: QuotaKey | None, shared: bool = False) -> float:
 
     def one() -> None:
         ctx = ctxs[next(turn) % TENANTS]
-        ctx.quota, ctx.throttle_ms, ctx.patches = None, 0, None
+        ctx.charged, ctx.throttle_ms, ctx.rewrite = None, 0, None
         charge.on_request(ctx)
         if settle.wants(ctx):
             settle.on_head(ctx, head, FETCH_BODY_SIZE)

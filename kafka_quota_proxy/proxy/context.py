@@ -91,31 +91,50 @@ class ConnectionInfo:
 
 
 @dataclass(slots=True)
+class Rewrite:
+    """How a request is forwarded when a request stage changed it. Written by the stages that
+    change a request (QuotaCharge's fetch cap, FetchAsV15, TopicQuotas, TopicConfigs, through
+    `RequestContext.patch`, `forward_as` and `replace`); read by the core when it forwards, and
+    by the response stages through `RequestContext.broker_version`."""
+
+    # Same-length replacements of the frame's bytes, (offset, bytes), applied when forwarding.
+    patches: list[tuple[int, bytes]] = field(default_factory=list)
+    wire_version: int = -1  # the version forwarded to the broker, when a stage changed it
+    # The whole frame to forward instead of `frame`, when a stage cut parts out of it (a Produce
+    # without the topics its topic quotas refused); it carries its own size prefix.
+    replaced: Pieces | None = None
+
+
+@dataclass(slots=True)
+class Charged:
+    """What QuotaCharge hands on about a request it charged. Written by QuotaCharge; read by
+    QuotaSettle (`managers`) and the usage log (`permits`, `new_producer_ids`; the usage log
+    counts a mutation's permits itself where QuotaCharge did not)."""
+
+    # the quota managers the response is charged to (fetched bytes, request time), if any
+    managers: ScopeManagers | None = None
+    permits: int | None = None  # controller mutations: partitions created or deleted (KIP-599)
+    new_producer_ids: int = 0  # Produce: producer ids new for the user (while producer_ids_rate is set)
+
+
+@dataclass(slots=True)
 class RequestContext:
     """One request on its way through the stages."""
 
     header: RequestHeader
     frame: memoryview  # the whole request frame, size prefix included
     conn: ConnectionInfo
-    expects_response: bool = True
-    acks: int = 1  # Produce only: the request's acks
+    acks: int = 1  # Produce only: the request's acks (0: no response is expected)
     received_at: float = 0.0  # perf_counter() when the proxy read the request
     # perf_counter() when forwarded: uvloop's loop.time() only ticks in whole milliseconds,
     # too coarse for a proxy hop.
     sent_at: float = 0.0
     answered_at: float = 0.0  # perf_counter() when the broker's response arrived
-    # Same-length replacements of the frame's bytes, (offset, bytes), applied when forwarding.
-    patches: list[tuple[int, bytes]] | None = None
-    wire_version: int = -1  # the version forwarded to the broker, when a stage changed it
-    quota: ScopeManagers | None = None  # the quota managers charged for this request, if any
+    rewrite: Rewrite | None = None  # how the request is forwarded, when a stage changed it
+    charged: Charged | None = None  # what QuotaCharge hands on, when it charged the request
     throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
-    fetch_max_wait_ms: int = 0
-    permits: int | None = None  # controller mutations: partitions created or deleted (KIP-599)
-    new_producer_ids: int = 0  # Produce: producer ids new for the user (while producer_ids_rate is set)
+    fetch_max_wait_ms: int = 0  # a Fetch's or ShareFetch's (QuotaCharge, TopicQuotas)
     raw: bool = False  # a bare legacy SASL token (after SaslHandshake v0), not a Kafka request
-    # The whole frame to forward instead of `frame`, when a stage cut parts out of it (a Produce
-    # without the topics its topic quotas refused); it carries its own size prefix.
-    replaced: Pieces | None = None
     # Topic quotas: the scope's managers when this request's topics are measured, and a
     # Produce's refused topics, (topic name or id, partition indexes), for its response.
     topic_quota: ScopeManagers | None = None
@@ -136,15 +155,49 @@ class RequestContext:
         return self.header.api_key
 
     @property
+    def expects_response(self) -> bool:
+        """False for a Produce with acks=0 alone: its broker answers nothing."""
+        return self.acks != 0
+
+    @property
     def broker_version(self) -> int:
         """The version the broker answers in: the client's, unless a stage lowered it."""
-        return self.api_version if self.wire_version < 0 else self.wire_version
+        rewrite = self.rewrite
+        if rewrite is None or rewrite.wire_version < 0:
+            return self.api_version
+        return rewrite.wire_version
+
+    def _rewrite(self) -> Rewrite:
+        rewrite = self.rewrite
+        if rewrite is None:
+            rewrite = self.rewrite = Rewrite()
+        return rewrite
 
     def patch(self, at: int, data: bytes) -> None:
         """Forward `data` in place of the frame's bytes at `at` (the same number of bytes)."""
-        if self.patches is None:
-            self.patches = []
-        self.patches.append((at, data))
+        self._rewrite().patches.append((at, data))
+
+    def forward_as(self, version: int) -> None:
+        """Forward the request to the broker as `version` (its header's version bytes patched
+        by the stage); the response then comes in that version (`broker_version`)."""
+        self._rewrite().wire_version = version
+
+    def replace(self, frame: Pieces) -> None:
+        """Forward `frame`, which carries its own size prefix, in place of the request's."""
+        self._rewrite().replaced = frame
+
+    @property
+    def replaced(self) -> Pieces | None:
+        """The frame forwarded in place of the request's, if a stage replaced it."""
+        return None if self.rewrite is None else self.rewrite.replaced
+
+    def charge(self) -> Charged:
+        """What QuotaCharge hands on about this request, made at its first use."""
+        charged = self.charged
+        if charged is None:
+            charged = self.charged = Charged()
+        return charged
+
 
     def throttle_for(self, throttle_ms: int) -> None:
         """Throttle this request's client for at least `throttle_ms`: the one place a request's
@@ -156,14 +209,18 @@ class RequestContext:
     @property
     def forward_size(self) -> int:
         """The size of the frame as forwarded, size prefix included."""
-        return len(self.frame) if self.replaced is None else len(self.replaced)
+        replaced = self.replaced
+        return len(self.frame) if replaced is None else len(replaced)
 
     def forward_parts(self) -> list[bytes | memoryview]:
         """The frame as forwarded: views of it around the patches (no copy of the rest)."""
-        if self.replaced is not None:
-            assert not self.patches, "a replaced frame is not patched"
-            return list(self.replaced.parts)
-        frame, patches = self.frame, self.patches
+        rewrite = self.rewrite
+        if rewrite is None:
+            return [self.frame]
+        if rewrite.replaced is not None:
+            assert not rewrite.patches, "a replaced frame is not patched"
+            return list(rewrite.replaced.parts)
+        frame, patches = self.frame, rewrite.patches
         if not patches:
             return [frame]
         parts: list[bytes | memoryview] = []

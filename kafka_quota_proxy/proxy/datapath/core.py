@@ -167,7 +167,6 @@ class ConnectionCore:
         m.request_bytes += len(frame)
         if header.api_key == PRODUCE:
             ctx.acks = produce_acks(frame, header.body_offset, header.api_version)
-            ctx.expects_response = ctx.acks != 0
         reply = None
         for stage in host.pipeline.request_stages(header.api_key):
             reply = stage.on_request(ctx)
@@ -187,7 +186,7 @@ class ConnectionCore:
         if ctx.throttle_ms:
             self.throttle(ctx, pending)
         ctx.sent_at = self.stamp()
-        if ctx.patches is None and ctx.replaced is None:
+        if ctx.rewrite is None:
             out.append(frame)
         else:
             out.extend(ctx.forward_parts())

@@ -126,16 +126,19 @@ class UsageMeter:
             t.connections += 1
         if key == PRODUCE:
             t.produce_bytes += len(ctx.frame) - 4
-            t.new_producer_ids += ctx.new_producer_ids
+            charged = ctx.charged
+            if charged is not None:
+                t.new_producer_ids += charged.new_producer_ids
             if self.topics and ctx.topic_bytes:
                 self._count_topics(t, ctx.topic_bytes, 0)
         elif key in CONTROLLER_MUTATIONS:
-            if ctx.permits is None:
+            charged = ctx.charge()
+            if charged.permits is None:
                 try:
-                    ctx.permits = self.permits(ctx)
+                    charged.permits = self.permits(ctx)
                 except Exception:  # noqa: BLE001 - an undecodable body is the broker's to refuse
-                    ctx.permits = 0
-            t.partitions_mutated += ctx.permits
+                    charged.permits = 0
+            t.partitions_mutated += charged.permits
 
     def response(self, ctx: RequestContext, size: int) -> None:
         """A response written to the client: `size` bytes, size prefix included."""

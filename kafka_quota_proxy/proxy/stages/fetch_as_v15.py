@@ -32,6 +32,6 @@ class FetchAsV15(RequestStage):
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         if ctx.api_version in SAME_AS_15:
-            ctx.wire_version = ASKED_AS
+            ctx.forward_as(ASKED_AS)
             ctx.patch(API_VERSION_AT, INT16.pack(ASKED_AS))
         return None

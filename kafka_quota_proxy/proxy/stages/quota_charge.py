@@ -146,7 +146,7 @@ class QuotaCharge(RequestStage):
             if switches.enforcing:
                 self._cap_max_bytes(ctx, q, share.max_bytes_at, share.max_bytes)
         if key in FETCHES or switches.request_quotas:
-            ctx.quota = q  # QuotaSettle has the response to charge: fetched bytes, request time
+            ctx.charge().managers = q  # QuotaSettle has the response to charge: fetched bytes, request time
         if key == PRODUCE:
             if switches.counting_producer_ids:
                 refused = self._producer_ids(ctx, q.producer_ids, user, now, switches.enforcing)
@@ -179,7 +179,7 @@ class QuotaCharge(RequestStage):
             return None
         strict = enforcing and engine.settings.producer_ids.action == "reject"
         charge = manager.charge(user, pids, now, strict)
-        ctx.new_producer_ids = 0 if charge.rejected else charge.new_ids
+        ctx.charge().new_producer_ids = 0 if charge.rejected else charge.new_ids
         throttle(engine, ctx, "producer_ids", charge.throttle_ms, now, per_user=True)
         if not charge.rejected:
             return None
@@ -212,7 +212,7 @@ class QuotaCharge(RequestStage):
         engine = self.engine
         user, client_id = client_of(ctx)
         request = ctx.decode_request()
-        permits = ctx.permits = mutation_permits(ctx.api_key, request, self.topic_partitions)
+        permits = ctx.charge().permits = mutation_permits(ctx.api_key, request, self.topic_partitions)
         if ctx.api_version >= STRICT_FROM[ctx.api_key] and enforcing:
             accepted, throttle_ms = q.mutation.record_strict(user, client_id, permits, now)
             if not accepted:

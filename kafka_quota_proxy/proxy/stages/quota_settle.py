@@ -24,7 +24,7 @@ from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_head, throttled_share_fetch_body
 from kafka_quota_proxy.protocol.throttle import read_throttle, throttle_offset
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Replacement, ResponseStage
 from kafka_quota_proxy.proxy.stages.throttling import (
     REQUEST_QUOTA_EXEMPT,
@@ -44,10 +44,11 @@ class QuotaSettle(ResponseStage):
         self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
-        # Only fetched bytes and request time are charged here: QuotaCharge sets ctx.quota for
+        # Only fetched bytes and request time are charged here: QuotaCharge sets the managers for
         # those alone. Without a request quota a Produce (charged on arrival) or a Metadata
         # response has nothing left to settle.
-        return ctx.quota is not None
+        charged = ctx.charged
+        return charged is not None and charged.managers is not None
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
         return self._settle(ctx, body, len(body))
@@ -60,8 +61,7 @@ class QuotaSettle(ResponseStage):
 
     def _settle(self, ctx: RequestContext, body: memoryview, body_size: int) -> bytes | Pieces | None:
         """`body` is the response body, or at least its start (a streamed Fetch)."""
-        engine, q = self.engine, ctx.quota
-        assert q is not None  # wants() lets only a charged request through
+        engine, q = self.engine, _charged_to(ctx)
         user, client_id = client_of(ctx)
         settling = engine.settling()
         switches, now = settling.switches, settling.now
@@ -106,8 +106,7 @@ class QuotaSettle(ResponseStage):
         charged, muted until the entity's turn: a fetch stays all or nothing (a ShareFetch
         with `share_fetch_throttle: deliver` is always delivered). Over the request quota, as on
         Kafka, it is answered empty too."""
-        engine, q = self.engine, ctx.quota
-        assert q is not None
+        engine, q = self.engine, _charged_to(ctx)
         user, client_id = client_of(ctx)
         handles = ctx.conn.charge_handles
         wait = 0
@@ -121,6 +120,13 @@ class QuotaSettle(ResponseStage):
         throttle(engine, ctx, "fetch", wait, now)
         throttle(engine, ctx, "request", request_throttle, now)
         return _empty(ctx, body, now)
+
+
+def _charged_to(ctx: RequestContext) -> ScopeManagers:
+    """The managers QuotaCharge charged the request to: `wants` lets only such a request through."""
+    charged = ctx.charged
+    assert charged is not None and charged.managers is not None
+    return charged.managers
 
 
 def _empty(ctx: RequestContext, body: memoryview, now: float) -> bytes:

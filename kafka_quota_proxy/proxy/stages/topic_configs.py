@@ -104,7 +104,7 @@ class TopicConfigsAlter(RequestStage):
         body = trimmed_request(ctx.frame[ctx.header.body_offset:], ctx.api_version, wire, forwarded,
                                set(plan.after_broker))
         head = bytes(ctx.frame[4:ctx.header.body_offset])  # the client's header, as it came
-        ctx.replaced = Pieces((_SIZE.pack(len(head) + len(body)), head, body))
+        ctx.replace(Pieces((_SIZE.pack(len(head) + len(body)), head, body)))
         ctx.topic_configs = plan
         return None
 

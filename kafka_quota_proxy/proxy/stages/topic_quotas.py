@@ -147,7 +147,7 @@ class TopicQuotaCharge(RequestStage):
             request = ctx.decode_request()
             return Reply(refusal(request, ctx.api_version, refusal_code(engine), message, ctx.throttle_ms))
         keep = [i for i in range(len(layout.topics)) if i not in set(refused)]
-        ctx.replaced = produce_without(ctx.frame, ctx.header.body_offset, ctx.api_version, layout, keep)
+        ctx.replace(produce_without(ctx.frame, ctx.header.body_offset, ctx.api_version, layout, keep))
         ctx.refused_topics = [
             (t.name if t.name is not None else t.topic_id or b"", t.partitions)
             for t in (layout.topics[i] for i in refused)]

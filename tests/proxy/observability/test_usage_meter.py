@@ -77,7 +77,7 @@ def test_what_a_request_and_its_response_count(tmp_path: Path) -> None:
     m = meter(tmp_path, clock)
     conn = ConnectionInfo("127.0.0.1:5000", "bootstrap")
     produce = ctx(0, b"\x00\x01" + b"\x00" * 40, conn=conn)
-    produce.new_producer_ids = 2
+    produce.charge().new_producer_ids = 2
     m.request(produce)
     m.request(ctx(3, conn=conn))  # Metadata, same connection: counted once
     fetch = ctx(1, conn=conn)
