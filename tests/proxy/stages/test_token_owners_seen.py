@@ -102,6 +102,6 @@ def test_a_body_that_does_not_decode_teaches_nothing() -> None:
 def test_the_body_is_read_in_the_version_the_broker_answered_in() -> None:
     tokens = lookup()
     ctx = context(CREATE_DELEGATION_TOKEN, 3)
-    ctx.wire_version = 1  # a stage lowered the request: the broker answers in v1
+    ctx.forward_as(1)  # a stage lowered the request: the broker answers in v1
     TokenOwnersSeen(tokens).on_response(ctx, memoryview(created(1, "tok-1", "alice")))
     assert tokens.known("tok-1") == "alice"

@@ -78,7 +78,7 @@ def test_a_produce_by_name_records_each_topics_record_bytes(version: int) -> Non
     ctx = context(produce_frame(version, TOPICS))
     assert stage.on_request(ctx) is None
     assert ctx.topic_bytes == [("orders", 130, 0), ("audit", 7, 0), ("unnamed", 5, 0)]
-    assert ctx.patches is None and ctx.replaced is None  # the request goes on as it came
+    assert ctx.rewrite is None  # the request goes on as it came
 
 
 def test_a_produce_by_id_records_the_topics_metadata_named() -> None:
@@ -129,7 +129,7 @@ def test_a_fetch_response_by_id_records_the_topics_metadata_named() -> None:
 
 def test_a_fetch_response_is_read_in_the_version_the_broker_answered_in() -> None:
     ctx = fetch_context(13)
-    ctx.wire_version = 12  # a stage lowered the request: the answer names topics, as v12 does
+    ctx.forward_as(12)  # a stage lowered the request: the answer names topics, as v12 does
     FetchTopicBytes(Leadership()).on_response(ctx, memoryview(fetch_body(12, TOPICS)))
     assert ctx.topic_bytes == [("orders", 130, 0), ("audit", 7, 0), ("unnamed", 5, 0)]
 
