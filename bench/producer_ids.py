@@ -80,7 +80,7 @@ def _stage(with_quota: bool) -> tuple[QuotaCharge, Callable[[memoryview], Reques
     info.quotas = engine.scope(info.upstream)
 
     def context(frame: memoryview) -> RequestContext:
-        ctx = RequestContext(parse_request_header(frame), frame, info, received_at=0.0)
+        ctx = RequestContext(parse_request_header(frame), frame, info)
         ctx.acks = 1
         return ctx
     return stage, context

@@ -91,6 +91,18 @@ class ConnectionInfo:
 
 
 @dataclass(slots=True)
+class Times:
+    """When the proxy read a request, forwarded it and had the broker's answer: perf_counter()
+    each (uvloop's loop.time() only ticks in whole milliseconds, too coarse for a proxy hop).
+    Written by the core; read by the request quota (`request_time_ms`), the latency metrics and
+    the usage log."""
+
+    received: float = 0.0
+    sent: float = 0.0  # 0.0 until forwarded (or answered by the proxy itself)
+    answered: float = 0.0  # 0.0 until the broker's response arrived
+
+
+@dataclass(slots=True)
 class Rewrite:
     """How a request is forwarded when a request stage changed it. Written by the stages that
     change a request (QuotaCharge's fetch cap, FetchAsV15, TopicQuotas, TopicConfigs, through
@@ -125,11 +137,7 @@ class RequestContext:
     frame: memoryview  # the whole request frame, size prefix included
     conn: ConnectionInfo
     acks: int = 1  # Produce only: the request's acks (0: no response is expected)
-    received_at: float = 0.0  # perf_counter() when the proxy read the request
-    # perf_counter() when forwarded: uvloop's loop.time() only ticks in whole milliseconds,
-    # too coarse for a proxy hop.
-    sent_at: float = 0.0
-    answered_at: float = 0.0  # perf_counter() when the broker's response arrived
+    times: Times = field(default_factory=Times)  # when it was read, forwarded and answered
     rewrite: Rewrite | None = None  # how the request is forwarded, when a stage changed it
     charged: Charged | None = None  # what QuotaCharge hands on, when it charged the request
     throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
@@ -280,6 +288,7 @@ def request_time_ms(ctx: RequestContext, now: float) -> float:
     is not charged. An idle consumer long-polling an empty topic costs almost nothing, while a
     client busy-polling (Metadata, ListOffsets, Fetch with max_wait_ms=0) pays for every trip.
     """
-    proxy = (ctx.sent_at - ctx.received_at) + (now - ctx.answered_at)
-    broker = 0.0 if _waits_at_broker(ctx) else ctx.answered_at - ctx.sent_at
+    times = ctx.times
+    proxy = (times.sent - times.received) + (now - times.answered)
+    broker = 0.0 if _waits_at_broker(ctx) else times.answered - times.sent
     return (proxy + broker) * 1000.0

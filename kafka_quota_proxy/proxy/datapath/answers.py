@@ -8,7 +8,7 @@ from collections import deque
 
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import RequestHeader, response_correlation_id
-from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, Times
 from kafka_quota_proxy.proxy.datapath.responses import Pending, request_order
 
 Unasked = tuple[int, RequestHeader]  # an acks=0 Produce forwarded: its place in request order, its header
@@ -39,8 +39,7 @@ def unasked_answer(unasked: Unasked, info: ConnectionInfo, now: float) -> Pendin
     """The queue entry for the broker's answer to an acks=0 Produce, to be passed on as it came
     (`ResponseQueue.put_back`); `now`: when it arrived (perf_counter)."""
     seq, header = unasked
-    ctx = RequestContext(header, memoryview(b""), info, received_at=now)
-    ctx.answered_at = now
+    ctx = RequestContext(header, memoryview(b""), info, times=Times(now, 0.0, now))
     pending = Pending(ctx, seq=seq)
     pending.unasked = True
     return pending

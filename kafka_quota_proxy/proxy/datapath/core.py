@@ -24,7 +24,7 @@ from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.protocol.produce import produce_acks
 from kafka_quota_proxy.proxy.chain import Response
-from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, Times
 from kafka_quota_proxy.proxy.datapath.actions import (
     CANCEL_WAITS,
     CLOSE,
@@ -155,9 +155,9 @@ class ConnectionCore:
             legacy_token(self, frame, out)
             return 0
         host = self.host
-        received_at = self.stamp()
+        times = Times(self.stamp())
         header = parse_request_header(frame)
-        ctx = RequestContext(header, frame, self.info, received_at=received_at)
+        ctx = RequestContext(header, frame, self.info, times=times)
         for stage in host.pipeline.request_holds(header.api_key):
             wait_ms = stage.hold_ms(ctx)
             if wait_ms > 0:
@@ -185,7 +185,7 @@ class ConnectionCore:
             self.order.forwarded_unasked(header)
         if ctx.throttle_ms:
             self.throttle(ctx, pending)
-        ctx.sent_at = self.stamp()
+        times.sent = self.stamp()
         if ctx.rewrite is None:
             out.append(frame)
         else:
@@ -223,7 +223,7 @@ class ConnectionCore:
         if not isinstance(found, Pending):
             return unasked_answer(found, self.info, self.stamp())
         pending = found
-        pending.ctx.answered_at = self.stamp()
+        pending.ctx.times.answered = self.stamp()
         if len(self.order.awaiting) < self._read_ahead():
             self._resume(Pause.INFLIGHT)
         return pending
@@ -250,7 +250,7 @@ class ConnectionCore:
             try:
                 check_correlation(ctx, frame)
                 m = host.metrics.api(ctx.api_key)
-                m.observe_latency(ctx.answered_at - ctx.sent_at)
+                m.observe_latency(ctx.times.answered - ctx.times.sent)
                 response = host.pipeline.run_response_stages(ctx, frame)
             except ProtocolError as exc:
                 raise BadResponse(ctx, exc) from exc

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE
 from kafka_quota_proxy.protocol.headers import RequestHeader, frame_response, size_prefixed
-from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
+from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext, Times
 from kafka_quota_proxy.proxy.datapath.actions import CoreHost
 from kafka_quota_proxy.proxy.datapath.answers import ResponseQueue
 from kafka_quota_proxy.proxy.datapath.read_gate import Pause
@@ -77,7 +77,7 @@ def legacy_token(core: Answering, frame: memoryview, out: list[bytes | memoryvie
     """A bare SASL token after SaslHandshake v0: no Kafka header, no correlation id."""
     header = RequestHeader(SASL_AUTHENTICATE, 0, -1, None, 4, None)
     info = core.info
-    ctx = RequestContext(header, frame, info, received_at=core.stamp(), raw=True)
+    ctx = RequestContext(header, frame, info, times=Times(core.stamp()), raw=True)
     sasl = core.host.sasl_stage
     assert sasl is not None
     if isinstance(sasl, SaslTerminate):
@@ -94,5 +94,5 @@ def legacy_token(core: Answering, frame: memoryview, out: list[bytes | memoryvie
         return
     sasl.legacy_token(info, bytes(frame[4:]))
     core.order.forwarded(ctx)
-    ctx.sent_at = core.stamp()
+    ctx.times.sent = core.stamp()
     out.append(frame)

@@ -50,7 +50,7 @@ def _stream(core: ConnectionCore, pending: Pending, head: FrameHead,
     ctx = pending.ctx
     check_correlation(ctx, head.data)
     m = core.host.metrics.api(ctx.api_key)
-    m.observe_latency(ctx.answered_at - ctx.sent_at)
+    m.observe_latency(ctx.times.answered - ctx.times.sent)
     spec = ctx.header.spec
     assert spec is not None
     body_at = response_body_offset(head.data, spec.response_header_version(ctx.api_version))

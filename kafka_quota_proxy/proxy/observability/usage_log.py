@@ -145,10 +145,10 @@ class UsageMeter:
         if ctx.raw:
             return
         now = perf_counter()
-        if ctx.answered_at:
+        if ctx.times.answered:
             time_ms = request_time_ms(ctx, now)
         else:
-            time_ms = (now - ctx.received_at) * 1000.0  # answered by the proxy itself
+            time_ms = (now - ctx.times.received) * 1000.0  # answered by the proxy itself
         t = self._tenant(ctx.conn.principal, ctx.header.client_id or "")
         if t is None:
             return

@@ -25,7 +25,7 @@ def header(api_key: int, correlation_id: int) -> RequestHeader:
 def forwarded(seq: int, correlation_id: int, api_key: int = 3) -> Pending:
     """A request expecting an answer, `seq`-th in request order."""
     h = header(api_key, correlation_id)
-    return Pending(RequestContext(h, memoryview(b""), INFO, received_at=0.0), seq=seq)
+    return Pending(RequestContext(h, memoryview(b""), INFO), seq=seq)
 
 
 def unasked(seq: int, correlation_id: int) -> Unasked:
@@ -76,7 +76,7 @@ def test_an_answer_to_nothing_is_a_protocol_error_naming_its_correlation_id() ->
 
 
 def ctx(correlation_id: int, api_key: int = 3) -> RequestContext:
-    return RequestContext(header(api_key, correlation_id), memoryview(b""), INFO, received_at=0.0)
+    return RequestContext(header(api_key, correlation_id), memoryview(b""), INFO)
 
 
 def written(queue: ResponseQueue) -> list[int]:
@@ -95,7 +95,7 @@ def answer(queue: ResponseQueue, correlation_id: int) -> Pending:
         found.response = response(correlation_id)
         return found
     seq, h = found
-    pending = Pending(RequestContext(h, memoryview(b""), INFO, received_at=0.0), seq=seq)
+    pending = Pending(RequestContext(h, memoryview(b""), INFO), seq=seq)
     pending.unasked = True
     pending.response = response(correlation_id)
     queue.put_back(pending)

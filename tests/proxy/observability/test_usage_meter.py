@@ -33,7 +33,7 @@ def ctx(api_key: int, body: bytes = b"", principal: str = "alice", client_id: st
     frame = memoryview(request_frame(api_key, version, 1, body, client_id=client_id.encode()))
     info = conn or ConnectionInfo("127.0.0.1:5000", "bootstrap")
     info.principal = principal
-    return RequestContext(parse_request_header(frame), frame, info, received_at=0.0)
+    return RequestContext(parse_request_header(frame), frame, info)
 
 
 class Clock:
@@ -81,7 +81,7 @@ def test_what_a_request_and_its_response_count(tmp_path: Path) -> None:
     m.request(produce)
     m.request(ctx(3, conn=conn))  # Metadata, same connection: counted once
     fetch = ctx(1, conn=conn)
-    fetch.answered_at = fetch.sent_at = 1.0
+    fetch.times.answered = fetch.times.sent = 1.0
     m.request(fetch)
     m.response(fetch, 5000)
     m.request(ctx(19, conn=conn))  # CreateTopics: the permits function's 3 partitions
@@ -109,7 +109,7 @@ def test_bytes_per_topic_are_counted_only_with_usage_log_topics(tmp_path: Path) 
         again.topic_bytes = [("hot", 800, 0)]
         m.request(again)
         fetch = ctx(1)
-        fetch.answered_at = fetch.sent_at = 1.0
+        fetch.times.answered = fetch.times.sent = 1.0
         fetch.topic_bytes = [("orders", 3000, 0), ("hot", 0, 5000)]
         m.request(fetch)
         before = {"orders": [1000, 0, 0, 0], "hot": [800, 0, 800, 0]} if topics else None
