@@ -130,6 +130,26 @@ class Charged:
 
 
 @dataclass(slots=True)
+class Topics:
+    """What the topic stages hand on about a request's topics, each part with its writer and its
+    readers."""
+
+    # TopicQuotas: the scope's managers when a Fetch's or ShareFetch's topics are measured in its
+    # response (read by its response stages, and by QuotaSettle when it answers empty)
+    managers: ScopeManagers | None = None
+    # TopicQuotas: a Produce's refused topics, (topic name or id, partition indexes), for its
+    # response
+    refused: list[tuple[str | bytes, tuple[int, ...]]] | None = None
+    # TopicQuotas or the usage stages (topic_usage.py): a Produce's or a Fetch response's record
+    # bytes per topic, (topic, bytes that went on, bytes refused by the topic's quota), when a
+    # stage walked them; read by the usage log (and taken back by QuotaSettle's empty answer)
+    bytes: list[tuple[str, int, int]] | None = None
+    # TopicConfigs: an IncrementalAlterConfigs split between the proxy and the broker, or the
+    # quota entries a DescribeConfigs response gains, for its response
+    configs: AlterPlan | DescribeAdditions | None = None
+
+
+@dataclass(slots=True)
 class RequestContext:
     """One request on its way through the stages."""
 
@@ -143,16 +163,7 @@ class RequestContext:
     throttle_ms: int = 0  # the proxy's throttle for this request; the client is muted this long
     fetch_max_wait_ms: int = 0  # a Fetch's or ShareFetch's (QuotaCharge, TopicQuotas)
     raw: bool = False  # a bare legacy SASL token (after SaslHandshake v0), not a Kafka request
-    # Topic quotas: the scope's managers when this request's topics are measured, and a
-    # Produce's refused topics, (topic name or id, partition indexes), for its response.
-    topic_quota: ScopeManagers | None = None
-    refused_topics: list[tuple[str | bytes, tuple[int, ...]]] | None = None
-    # A Produce's or a Fetch response's record bytes per topic, (topic, bytes that went on,
-    # bytes refused by the topic's quota), when a stage walked them: for the usage log.
-    topic_bytes: list[tuple[str, int, int]] | None = None
-    # Topic quotas as topic configs: an IncrementalAlterConfigs split between the proxy and the
-    # broker, or the quota entries a DescribeConfigs response gains.
-    topic_configs: AlterPlan | DescribeAdditions | None = None
+    topics: Topics | None = None  # what the topic stages hand on, when one did
     # Set by a response stage that needs something done first (a delegation token's owner asked
     # of the broker): the response, and every request after it, wait until it is; an exception
     # of it (a ProtocolError) closes the connection instead.
@@ -198,6 +209,23 @@ class RequestContext:
     def replaced(self) -> Pieces | None:
         """The frame forwarded in place of the request's, if a stage replaced it."""
         return None if self.rewrite is None else self.rewrite.replaced
+
+    def topic_work(self) -> Topics:
+        """What the topic stages hand on about this request, made at its first use."""
+        topics = self.topics
+        if topics is None:
+            topics = self.topics = Topics()
+        return topics
+
+    @property
+    def topic_bytes(self) -> list[tuple[str, int, int]] | None:
+        """The record bytes per topic a stage walked (`Topics.bytes`), if one did."""
+        topics = self.topics
+        return None if topics is None else topics.bytes
+
+    @topic_bytes.setter
+    def topic_bytes(self, counted: list[tuple[str, int, int]] | None) -> None:
+        self.topic_work().bytes = counted
 
     def charge(self) -> Charged:
         """What QuotaCharge hands on about this request, made at its first use."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from tests.proxy.conftest import request_frame
@@ -17,3 +19,11 @@ def test_the_longest_throttle_holds_whatever_the_order() -> None:
     assert ctx.throttle_ms == 250
     ctx.throttle_for(400)
     assert ctx.throttle_ms == 400
+
+
+def test_the_context_holds_what_every_stage_shares_and_no_more() -> None:
+    # What one stage hands another is a typed part (Times, Rewrite, Charged, Topics) saying who
+    # writes and who reads it (issue 38: at most 12 fields).
+    assert [f.name for f in dataclasses.fields(RequestContext)] == [
+        "header", "frame", "conn", "acks", "times", "rewrite", "charged", "throttle_ms",
+        "fetch_max_wait_ms", "raw", "topics", "hold"]

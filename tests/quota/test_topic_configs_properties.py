@@ -78,7 +78,7 @@ def test_every_resource_is_answered_once_and_no_quota_key_reaches_the_broker(cas
         assert not any(r.resource_type == TOPIC_RESOURCE and any(c.name in QUOTA_CONFIGS for c in r.configs)
                        for r in request.resources)
         return
-    plan = ctx.topic_configs
+    plan = ctx.topics.configs if ctx.topics is not None else None
     assert isinstance(plan, AlterPlan) and plan.resources == names
     joined = ctx.replaced.join()
     assert int.from_bytes(joined[:4], "big") == len(joined) - 4

@@ -33,7 +33,6 @@ from kafka_quota_proxy.proxy.stages.throttling import (
 )
 
 
-# Exempt from the request quota, as on a broker: nothing can be charged before authentication.
 class QuotaSettle(ResponseStage):
     """Charges what the response tells: Fetch and ShareFetch bytes, request time. A streamed
     Fetch is charged from its head: its size is known from the frame's size prefix."""
@@ -155,7 +154,10 @@ def _take_back_topics(ctx: RequestContext, now: float) -> None:
     """The topics' bytes of a fetch answered empty for the client's own quota were not
     delivered either: taken back from the topics' rates (TopicFetchSettle or
     TopicShareFetchSettle recorded them)."""
-    counted, managers = ctx.topic_bytes, ctx.topic_quota
+    topics = ctx.topics
+    if topics is None:
+        return
+    counted, managers = topics.bytes, topics.managers
     if not counted:
         return
     if managers is not None:

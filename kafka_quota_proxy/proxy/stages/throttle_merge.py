@@ -10,7 +10,6 @@ from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.stages.base import Replacement, ResponseStage
 
 
-# Exempt from the request quota, as on a broker: nothing can be charged before authentication.
 class ThrottleMerge(ResponseStage):
     """throttle_time_ms = max(broker's, proxy's), on every response that carries it."""
 

@@ -105,7 +105,7 @@ class TopicConfigsAlter(RequestStage):
                                set(plan.after_broker))
         head = bytes(ctx.frame[4:ctx.header.body_offset])  # the client's header, as it came
         ctx.replace(Pieces((_SIZE.pack(len(head) + len(body)), head, body)))
-        ctx.topic_configs = plan
+        ctx.topic_work().configs = plan
         return None
 
     def _judge(self, ctx: RequestContext, resources: list[tuple[int, str]], configs: list[list[WireConfig]],
@@ -193,7 +193,7 @@ class TopicConfigsDescribe(RequestStage):
             if found:
                 entries[name] = found
         if entries:
-            ctx.topic_configs = DescribeAdditions(
+            ctx.topic_work().configs = DescribeAdditions(
                 entries, synonyms=ctx.api_version >= 1 and request.include_synonyms,
                 documentation=ctx.api_version >= 3 and request.include_documentation)
         return None
@@ -209,10 +209,10 @@ class TopicConfigsAnswer(ResponseStage):
         self.control = control
 
     def wants(self, ctx: RequestContext) -> bool:
-        return ctx.topic_configs is not None
+        return ctx.topics is not None and ctx.topics.configs is not None
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
-        plan = ctx.topic_configs
+        plan = ctx.topics.configs if ctx.topics is not None else None
         msg = ctx.decode_response(body)
         if isinstance(plan, DescribeAdditions):
             return described(body, ctx.api_version, msg, plan)

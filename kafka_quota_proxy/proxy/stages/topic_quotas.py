@@ -85,12 +85,12 @@ class TopicQuotaCharge(RequestStage):
         if switches.exempting and engine.exempt(*client_of(ctx)):
             return None
         if ctx.api_key == SHARE_FETCH:  # only consumers share-fetch: no follower to tell apart
-            ctx.topic_quota = managers(ctx)
+            ctx.topic_work().managers = managers(ctx)
             return None
         if fetch:
             info = read_fetch_request(ctx.frame, ctx.header.body_offset, ctx.api_version)
             if info.replica_id < 0:  # a follower's fetch is the cluster's own, never a tenant's
-                ctx.topic_quota = managers(ctx)
+                ctx.topic_work().managers = managers(ctx)
                 ctx.fetch_max_wait_ms = info.max_wait_ms
             return None
         return self._produce(ctx)
@@ -148,7 +148,7 @@ class TopicQuotaCharge(RequestStage):
             return Reply(refusal(request, ctx.api_version, refusal_code(engine), message, ctx.throttle_ms))
         keep = [i for i in range(len(layout.topics)) if i not in set(refused)]
         ctx.replace(produce_without(ctx.frame, ctx.header.body_offset, ctx.api_version, layout, keep))
-        ctx.refused_topics = [
+        ctx.topic_work().refused = [
             (t.name if t.name is not None else t.topic_id or b"", t.partitions)
             for t in (layout.topics[i] for i in refused)]
         return None
@@ -209,10 +209,11 @@ class TopicProduceRefusals(ResponseStage):
         self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
-        return ctx.refused_topics is not None
+        return ctx.topics is not None and ctx.topics.refused is not None
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
-        assert ctx.refused_topics is not None
+        refused = ctx.topics.refused if ctx.topics is not None else None
+        assert refused is not None
         version = ctx.broker_version
         topic = ProduceResponse.TopicProduceResponse
         part = topic.PartitionProduceResponse
@@ -225,7 +226,7 @@ class TopicProduceRefusals(ResponseStage):
                                       log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
                                       error_message=message, current_leader=None)
                                  for p in partitions])
-            for key, partitions in ctx.refused_topics]
+            for key, partitions in refused]
         return appended(body, ctx.api_version, added)
 
 
@@ -251,10 +252,10 @@ class TopicFetchSettle(ResponseStage):
         self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
-        return ctx.topic_quota is not None
+        return ctx.topics is not None and ctx.topics.managers is not None
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
-        engine, q = self.engine, ctx.topic_quota
+        engine, q = self.engine, ctx.topics.managers if ctx.topics is not None else None
         assert q is not None
         try:
             layout = fetch_topics(body, ctx.broker_version)
@@ -309,10 +310,10 @@ class TopicShareFetchSettle(ResponseStage):
         self.engine = engine
 
     def wants(self, ctx: RequestContext) -> bool:
-        return ctx.topic_quota is not None
+        return ctx.topics is not None and ctx.topics.managers is not None
 
     def on_response(self, ctx: RequestContext, body: memoryview) -> bytes | Pieces | None:
-        engine, q = self.engine, ctx.topic_quota
+        engine, q = self.engine, ctx.topics.managers if ctx.topics is not None else None
         assert q is not None
         version = ctx.broker_version
         try:
