@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.quota.managers import ChargeHandle, ClientQuotaManager
 
 CLIENT_ID = "bulk"

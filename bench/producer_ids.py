@@ -27,7 +27,7 @@ from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.protocol.produce import producer_ids
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache

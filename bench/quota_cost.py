@@ -24,7 +24,7 @@ from bench.wire import FETCH_VERSION, PRODUCE_VERSION, fetch_frame, produce_fram
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 from bench.shared_accuracy import SLIDING_S, fullest_window
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 

@@ -134,7 +134,7 @@ def _check_config(argv: Sequence[str]) -> int:
         print(f"  {settings.workers} worker processes sharing these ports, one /metrics merging them")
     else:
         print("  1 worker process")
-    from kafka_quota_proxy.proxy.quotas.access import management_policy
+    from kafka_quota_proxy.proxy.quota_runtime.access import management_policy
 
     policy, warnings = management_policy(settings)
     print(f"  {policy}")

@@ -15,9 +15,9 @@ from kafka_quota_proxy.protocol.headers import response_body_offset, response_pr
 from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.proxy.cluster import Cluster
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
-from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.access import QuotaAccess
+from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVersionsIntersect
 from kafka_quota_proxy.proxy.stages.base import RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.broker_addresses import BrokerAddresses

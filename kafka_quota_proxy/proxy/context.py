@@ -37,7 +37,7 @@ from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.protocol.headers import RequestHeader
 from kafka_quota_proxy.protocol.messages import decode_response
 from kafka_quota_proxy.protocol.pieces import Pieces
-from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
+from kafka_quota_proxy.proxy.quota_runtime.engine import ScopeManagers
 from kafka_quota_proxy.quota.managers import ChargeHandle
 from kafka_quota_proxy.quota.topic_configs import AlterPlan, DescribeAdditions
 

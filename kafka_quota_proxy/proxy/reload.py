@@ -15,8 +15,8 @@ from typing import Protocol
 from kafka_quota_proxy.config import ConfigError, Settings, load_file
 from kafka_quota_proxy.config.quota_settings import QuotaSettings, validate_quota_entries
 from kafka_quota_proxy.proxy.file_watch import watch_files
-from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.reload")

@@ -43,10 +43,10 @@ from kafka_quota_proxy.proxy.observability.usage_log import (
     UsageWriter,
     default_instance,
 )
-from kafka_quota_proxy.proxy.quotas.access import QuotaAccess, authenticates_clients, management_policy
-from kafka_quota_proxy.proxy.quotas.audit import QuotaAudit
-from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
+from kafka_quota_proxy.proxy.quota_runtime.access import QuotaAccess, authenticates_clients, management_policy
+from kafka_quota_proxy.proxy.quota_runtime.audit import QuotaAudit
+from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.reload import watch_config
 from kafka_quota_proxy.proxy.stages.quota_charge import mutation_permits
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect

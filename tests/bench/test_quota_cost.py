@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import quota_cost
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaKey
 
 

@@ -30,8 +30,8 @@ from kafka_quota_proxy.config.store_settings import StoreSettings
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
 from kafka_quota_proxy.proxy.observability.store_metrics import StoreCollector
-from kafka_quota_proxy.proxy.quotas.access import management_policy
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.access import management_policy
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import CLIENT_KEYS, DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore

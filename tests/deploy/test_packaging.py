@@ -24,7 +24,7 @@ def test_the_wheel_holds_one_top_level_package(project_wheel: Path) -> None:
     packages = {str(Path(name).parent).removeprefix("kafka_quota_proxy/") for name in names
                 if name.endswith("/__init__.py")}
     assert packages >= {"proxy", "quota", "protocol", "config", "identity", "analytics", "cli",
-                        "proxy/datapath", "proxy/stages", "proxy/quotas", "proxy/observability"}
+                        "proxy/datapath", "proxy/stages", "proxy/quota_runtime", "proxy/observability"}
     # Kafka's message specs the codec is built from (protocol/apis.py) are package data.
     assert "kafka_quota_proxy/protocol/kafka_specs/ShareFetchResponse.json" in names
     entry_points = zipfile.ZipFile(wheel).read(

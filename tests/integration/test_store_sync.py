@@ -15,7 +15,7 @@ from devkit.relay import Relay
 from devkit.valkey import ValkeyCluster, ValkeyServer
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.config.store_settings import StoreSettings
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
@@ -129,7 +129,7 @@ def test_after_the_store_restarts_empty_the_counts_are_whole_again(valkey: Valke
 def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: ValkeyCluster) -> None:
     """Every bucket's keys share a hash tag, so each script call lands on one node; the calls of
     one sync go to the three masters side by side."""
-    from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+    from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
 
     clock = [time.monotonic_ns() // 1_000_000]
     quotas = {QuotaEntity(user="alice"): {QuotaKey.PRODUCER_IDS_RATE: 1000.0},

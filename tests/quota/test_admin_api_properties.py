@@ -20,9 +20,9 @@ from kafka_quota_proxy.config.quota_settings import parse_quota_section
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
-from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.access import QuotaAccess
+from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
 from kafka_quota_proxy.quota.admin_api import alter_client_quotas, describe_client_quotas
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
@@ -42,7 +42,7 @@ RESPONSES = {48: DescribeClientQuotasResponse, 49: AlterClientQuotasResponse}
 
 
 def stage() -> ClientQuotasApi:
-    """Open to every principal: who may is tests/proxy/quotas/test_quota_access.py's business."""
+    """Open to every principal: who may is tests/proxy/quota_runtime/test_quota_access.py's business."""
     store = QuotaStore()
     engine = QuotaEngine(parse_quota_section({"alter_principals": ["*"]}), store)
     return ClientQuotasApi(QuotaControl(store, QUOTAS, None), engine, QuotaAccess(authenticated=False))

@@ -18,7 +18,7 @@ import pytest
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.protocol.api_keys import FETCH, PRODUCE
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ChargeHandle, ClientQuotaManager

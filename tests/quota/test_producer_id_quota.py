@@ -16,7 +16,7 @@ from kafka_quota_proxy.config.quota_settings import (
     validate_quota_entries,
 )
 from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.admin_api import alter_client_quotas, describe_client_quotas
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdCharge, ProducerIdQuotaManager

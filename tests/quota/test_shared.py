@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.aligned import StoreClock
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ClientQuotaManager

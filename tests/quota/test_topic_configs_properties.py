@@ -20,9 +20,9 @@ from kafka_quota_proxy.config.quota_settings import parse_quota_section
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
-from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.access import QuotaAccess
+from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.topic_configs import TopicConfigsAlter, TopicConfigsDescribe
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore

@@ -14,7 +14,7 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo
 from kafka_quota_proxy.proxy.datapath.splice import PipePool
 from kafka_quota_proxy.proxy.observability.metrics import ProxyMetrics
 from kafka_quota_proxy.proxy.observability.usage_log import UsageMeter
-from kafka_quota_proxy.proxy.quotas.engine import ScopeManagers
+from kafka_quota_proxy.proxy.quota_runtime.engine import ScopeManagers
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 

@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.rate import Rate
 from kafka_quota_proxy.quota.resolution import sanitize_user

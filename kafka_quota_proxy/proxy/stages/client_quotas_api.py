@@ -1,10 +1,10 @@
 """DescribeClientQuotas (48) and AlterClientQuotas (49), answered by the proxy itself, so
 `kafka-configs.sh --bootstrap-server PROXY` and AdminClient manage the quotas the proxy enforces.
 
-Only principals allowed to (proxy/quotas/access.py) may: anyone else gets
+Only principals allowed to (proxy/quota_runtime/access.py) may: anyone else gets
 CLUSTER_AUTHORIZATION_FAILED, as from a Kafka broker's authorizer, in Kafka's shape (Describe: the
 error and no entries; Alter: the error on every entry). Every change asked for, done or refused,
-is one audit line and one count (proxy/quotas/audit.py).
+is one audit line and one count (proxy/quota_runtime/audit.py).
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from kafka_quota_proxy.protocol.api_keys import ALTER_CLIENT_QUOTAS, DESCRIBE_CL
 from kafka_quota_proxy.protocol.error_codes import CLUSTER_AUTHORIZATION_FAILED
 from kafka_quota_proxy.protocol.errors import MalformedMessage
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
-from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.access import QuotaAccess
+from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.quota.admin_api import DescribeResult, WireComponent, WireEntity, WireOp
 

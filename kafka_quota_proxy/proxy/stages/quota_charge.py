@@ -48,7 +48,7 @@ from kafka_quota_proxy.protocol.primitives import INT32
 from kafka_quota_proxy.protocol.produce import producer_ids, refusal
 from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_request
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throttle
 from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager

@@ -24,7 +24,7 @@ from kafka_quota_proxy.protocol.pieces import Pieces
 from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_head, throttled_share_fetch_body
 from kafka_quota_proxy.protocol.throttle import read_throttle, throttle_offset
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Replacement, ResponseStage
 from kafka_quota_proxy.proxy.stages.throttling import (
     REQUEST_QUOTA_EXEMPT,

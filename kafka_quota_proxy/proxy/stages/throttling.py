@@ -8,7 +8,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     SASL_HANDSHAKE,
 )
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine, ScopeManagers
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
 REQUEST_QUOTA_EXEMPT = frozenset({SASL_HANDSHAKE, API_VERSIONS, SASL_AUTHENTICATE})

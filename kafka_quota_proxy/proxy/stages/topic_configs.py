@@ -30,9 +30,9 @@ from kafka_quota_proxy.protocol.pieces import Edit, Pieces, spliced
 from kafka_quota_proxy.protocol.primitives import encode_length
 from kafka_quota_proxy.protocol.walk import request_walker, response_walker
 from kafka_quota_proxy.proxy.context import RequestContext
-from kafka_quota_proxy.proxy.quotas.access import QuotaAccess
-from kafka_quota_proxy.proxy.quotas.control import QuotaControl
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.access import QuotaAccess
+from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.client_quotas_api import not_null
 from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp

@@ -49,7 +49,7 @@ from kafka_quota_proxy.protocol.topic_bytes import (
 )
 from kafka_quota_proxy.protocol.walk import response_walker
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers
 

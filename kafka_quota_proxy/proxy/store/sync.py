@@ -67,7 +67,7 @@ class SyncStats:
 
 
 class SharedConfig(Protocol):
-    """The quotas set through the API, shared through the store (proxy/quotas/control.py)."""
+    """The quotas set through the API, shared through the store (proxy/quota_runtime/control.py)."""
 
     def take_unshared(self) -> list[tuple[str, str]]: ...
 

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 

@@ -217,7 +217,7 @@ def test_a_null_quota_array_is_a_protocol_error(frame: bytes, caplog: pytest.Log
 def test_quotas_adopted_from_a_shared_store_are_in_force_even_when_the_state_file_cannot_be_written(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from kafka_quota_proxy.config.quota_state import change_field
-    from kafka_quota_proxy.proxy.quotas.control import QuotaControl
+    from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
     from kafka_quota_proxy.quota.resolution import QuotaStore
 
     store = QuotaStore()

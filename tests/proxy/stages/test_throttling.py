@@ -13,7 +13,7 @@ import pytest
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.throttling import REQUEST_QUOTA_EXEMPT, client_of, managers, throttle
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore

@@ -1,5 +1,5 @@
 """Who may manage quotas through the proxy, and the audit trail of every change asked for
-(proxy/quotas/access.py, proxy/quotas/audit.py), over the wire with real SASL logins."""
+(proxy/quota_runtime/access.py, proxy/quota_runtime/audit.py), over the wire with real SASL logins."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from kafka_quota_proxy.config.credentials_file import save_credentials
 from kafka_quota_proxy.config.identity_settings import TlsSettings
 from kafka_quota_proxy.config.settings import parse_values
 from kafka_quota_proxy.identity.credentials import CredentialStore
-from kafka_quota_proxy.proxy.quotas.access import (
+from kafka_quota_proxy.proxy.quota_runtime.access import (
     QuotaAccess,
     authenticates_clients,
     is_loopback,

@@ -1,11 +1,11 @@
-"""proxy/quotas/engine.py: the one call a quota stage makes to learn whether and when a request is
+"""proxy/quota_runtime/engine.py: the one call a quota stage makes to learn whether and when a request is
 charged (`charging`, `settling`), the one that counts a throttle (`throttled`), and a Produce
 charged in one call (`ClientQuotaManager.charge`)."""
 
 from __future__ import annotations
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
-from kafka_quota_proxy.proxy.quotas.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.managers import ChargeHandle
 from kafka_quota_proxy.quota.resolution import QuotaStore

@@ -21,7 +21,7 @@ from kafka_quota_proxy.config.quota_state import (
     load_state,
     save_state,
 )
-from kafka_quota_proxy.proxy.quotas.audit import QuotaAudit
+from kafka_quota_proxy.proxy.quota_runtime.audit import QuotaAudit
 from kafka_quota_proxy.quota.admin_api import (
     AlterResult,
     DescribeResult,

@@ -1,1 +1,0 @@
-"""The quota engine the stages charge, and where its quotas come from."""
