@@ -17,7 +17,8 @@ import yaml
 from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, PRODUCER_IDS, TOPIC_MEASURES, Measure
 from kafka_quota_proxy.analytics.readable import format_number, format_value, round_up_2sig, round_up_bytes
 from kafka_quota_proxy.identity import ANONYMOUS
-from kafka_quota_proxy.quota.entities import DEFAULT, WHOLE_NUMBER_KEYS, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import WHOLE_NUMBER_KEYS
 
 DEFAULT_PERCENTILE = 95.0
 DEFAULT_HEADROOM = 1.5

@@ -55,6 +55,8 @@ from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.proxy.tls import server_context, upstream_context, watch_certificates
 from kafka_quota_proxy.proxy.token_owners import TokenOwnerLookup, ask_token_owners
+from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import throttle_type
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy")
@@ -315,8 +317,8 @@ class Proxy:
             return None
         delay = self.engine.connections.on_accept(ip, self.engine.clock())
         if delay > 0:
-            self.engine.connection_throttles.add("connection_creation_rate", ip, "", delay,
-                                                 self.engine.clock())
+            self.engine.connection_throttles.add(throttle_type(QuotaKey.CONNECTION_CREATION_RATE), ip, "",
+                                                 delay, self.engine.clock())
             if self.engine.enforcing:
                 return delay
         return None

@@ -15,15 +15,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
-from kafka_quota_proxy.quota.entities import (
-    DEFAULT,
-    ENTITY_TYPES,
-    USER_ONLY_KEYS,
-    WHOLE_NUMBER_KEYS,
-    QuotaEntity,
-    QuotaKey,
-    keys_for,
-)
+from kafka_quota_proxy.quota.entities import DEFAULT, ENTITY_TYPES, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import USER_ONLY_KEYS, WHOLE_NUMBER_KEYS, keys_for
 
 # Kafka error codes used by these two APIs.
 NONE = 0

@@ -25,34 +25,10 @@ class QuotaKey(StrEnum):
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, for user entities
     # only. An extension key: only this proxy understands it.
     PRODUCER_IDS_RATE = "producer_ids_rate"
+    # What each key is (its entities, value type, throttle type): quota/kinds.py, KINDS.
 
 
-# Kafka's value types (ClientQuotaControlManager / QuotaConfigs): LONG and INT keys take whole
-# numbers only.
-WHOLE_NUMBER_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE,
-                               QuotaKey.CONNECTION_CREATION_RATE})
-CLIENT_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE,
-                         QuotaKey.REQUEST_PERCENTAGE, QuotaKey.CONTROLLER_MUTATION_RATE})
-IP_KEYS = frozenset({QuotaKey.CONNECTION_CREATION_RATE})
-# Keys a user entity alone (a name or <default>, no client-id) may carry, beyond CLIENT_KEYS.
-USER_ONLY_KEYS = frozenset({QuotaKey.PRODUCER_IDS_RATE})
-# Keys Apache Kafka does not know: set and described through the proxy only.
-EXTENSION_KEYS = USER_ONLY_KEYS
-# A topic's write and read budget (the KIP-13 draft's "quota distribution"). The topic entity
-# type is itself an extension: Kafka brokers know no quota on it.
-TOPIC_KEYS = frozenset({QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE})
 ENTITY_TYPES = ("user", "client-id", "ip", "topic")  # Kafka's words, in the order entities print
-
-
-def keys_for(entity: QuotaEntity) -> frozenset[QuotaKey]:
-    """The quota keys this entity may carry."""
-    if entity.ip is not None:
-        return IP_KEYS
-    if entity.topic is not None:
-        return TOPIC_KEYS
-    if entity.client_id is None:
-        return CLIENT_KEYS | USER_ONLY_KEYS
-    return CLIENT_KEYS
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 from kafka_quota_proxy.protocol.error_codes import INVALID_CONFIG, INVALID_REQUEST
 from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp, validate_value
-from kafka_quota_proxy.quota.entities import DEFAULT, TOPIC_KEYS, QuotaKey
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
+from kafka_quota_proxy.quota.kinds import TOPIC_KEYS
 
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # AlterConfigOp.OpType

@@ -63,7 +63,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     TXN_OFFSET_COMMIT,
     UPDATE_FEATURES,
 )
-from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import TENANT_KINDS
 
 VERSION = 2
 # Version 1 had no `topics`; the pipeline reads both (a missing `topics` is no topic bytes).
@@ -93,9 +93,9 @@ API_GROUPS: dict[str, frozenset[int]] = {
 GROUPS = (*API_GROUPS, "other")
 _GROUP_OF = {key: group for group, keys in API_GROUPS.items() for key in keys}
 
-THROTTLE_TYPES = ("produce", "fetch", "request", "controller_mutation", "producer_ids")
-QUOTA_KEYS = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE,
-              QuotaKey.CONTROLLER_MUTATION_RATE, QuotaKey.PRODUCER_IDS_RATE)
+# Each tenant's throttles by kind, and its quotas, in the registry's order (quota/kinds.py).
+THROTTLE_TYPES = tuple(kind.throttle_type for kind in TENANT_KINDS)
+QUOTA_KEYS = tuple(kind.key for kind in TENANT_KINDS)
 
 COUNTERS = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids", "partitions_mutated",
             "connections")

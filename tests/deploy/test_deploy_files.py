@@ -33,7 +33,8 @@ from kafka_quota_proxy.proxy.observability.store_metrics import StoreCollector
 from kafka_quota_proxy.proxy.quota_runtime.access import management_policy
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.store.sync import StoreSync
-from kafka_quota_proxy.quota.entities import CLIENT_KEYS, DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import CLIENT_KEYS, TENANT_KINDS
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -530,8 +531,6 @@ def test_grafana_dashboard_provider_loads_the_dashboard_folder() -> None:
 METRIC_SOURCES = (REPO / "kafka_quota_proxy/proxy/observability/metrics.py",
                   REPO / "kafka_quota_proxy/proxy/observability/quota_metrics.py",
                   REPO / "kafka_quota_proxy/proxy/observability/store_metrics.py")
-QUOTA_STAGES = (REPO / "kafka_quota_proxy/proxy/stages/quota_charge.py",
-                REPO / "kafka_quota_proxy/proxy/stages/quota_settle.py")
 METRIC_PREFIX = "kafka_quota_proxy_"
 GRID_COLUMNS = 24
 # Labels whose values are a closed set the populated registry below emits in full.
@@ -600,11 +599,9 @@ def all_exprs() -> list[str]:
 
 
 def throttle_quota_types() -> set[str]:
-    """The quota_type values the proxy counts throttles under, as its request stages pass them."""
-    found = {quota_type for path in QUOTA_STAGES for quota_type in
-             re.findall(r'\bthrottle\(\s*engine,\s*ctx,\s*"(\w+)"', path.read_text(encoding="utf-8"))}
-    assert found, f"no throttle(engine, ctx, \"<quota type>\", ...) calls found in {QUOTA_STAGES}"
-    return found
+    """The quota_type values the proxy counts a tenant's throttles under: its quota kinds'
+    (quota/kinds.py, where the stages' throttle() calls find them)."""
+    return {kind.throttle_type for kind in TENANT_KINDS}
 
 
 def declared_metric_families() -> set[str]:

@@ -18,7 +18,8 @@ from typing import Protocol
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.quota.connections import ConnectionQuotas
-from kafka_quota_proxy.quota.entities import CLIENT_KEYS, USER_ONLY_KEYS, QuotaKey
+from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import CLIENT_KEYS, USER_ONLY_KEYS
 from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager

@@ -51,6 +51,7 @@ from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throttle
+from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 
 # Exempt from the request quota, as on a broker: nothing can be charged before authentication.
@@ -160,7 +161,7 @@ class QuotaCharge(RequestStage):
             throttle_ms, over = q.produce.charge(user, client_id, ctx.forward_size - 4, now,
                                                  conn.charge_handles, switches.paced)
             if throttle_ms:
-                throttle(engine, ctx, "produce", throttle_ms, now)
+                throttle(engine, ctx, QuotaKey.PRODUCER_BYTE_RATE, throttle_ms, now)
             conn.read_alone = over
         elif key in STRICT_FROM:
             return self._mutation(ctx, q, now, switches.enforcing)
@@ -180,7 +181,7 @@ class QuotaCharge(RequestStage):
         strict = enforcing and engine.settings.producer_ids.action == "reject"
         charge = manager.charge(user, pids, now, strict)
         ctx.charge().new_producer_ids = 0 if charge.rejected else charge.new_ids
-        throttle(engine, ctx, "producer_ids", charge.throttle_ms, now, per_user=True)
+        throttle(engine, ctx, QuotaKey.PRODUCER_IDS_RATE, charge.throttle_ms, now, per_user=True)
         if not charge.rejected:
             return None
         if not ctx.expects_response:
@@ -216,10 +217,10 @@ class QuotaCharge(RequestStage):
         if ctx.api_version >= STRICT_FROM[ctx.api_key] and enforcing:
             accepted, throttle_ms = q.mutation.record_strict(user, client_id, permits, now)
             if not accepted:
-                throttle(engine, ctx, "controller_mutation", throttle_ms, now)
+                throttle(engine, ctx, QuotaKey.CONTROLLER_MUTATION_RATE, throttle_ms, now)
                 return Reply(_refusal(ctx.api_key, ctx.api_version, request, throttle_ms))
             return None
-        throttle(engine, ctx, "controller_mutation",
+        throttle(engine, ctx, QuotaKey.CONTROLLER_MUTATION_RATE,
                  q.mutation.record_permissive(user, client_id, permits, now), now)
         return None
 

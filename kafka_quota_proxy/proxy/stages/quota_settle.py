@@ -31,6 +31,7 @@ from kafka_quota_proxy.proxy.stages.throttling import (
     client_of,
     throttle,
 )
+from kafka_quota_proxy.quota.entities import QuotaKey
 
 
 class QuotaSettle(ResponseStage):
@@ -83,8 +84,8 @@ class QuotaSettle(ResponseStage):
                     # throttle, which lets the consumer through in window-sized bursts.
                     fetch_throttle = q.fetch.pace_ms(user, client_id, size, now,
                                                      ctx.conn.charge_handles)
-                throttle(engine, ctx, "fetch", fetch_throttle, now)
-                throttle(engine, ctx, "request", request_throttle, now)
+                throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, fetch_throttle, now)
+                throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
                 if deliver:
                     return None  # delivered, charged, and muted for the throttle (above)
                 if switches.enforcing:
@@ -93,7 +94,7 @@ class QuotaSettle(ResponseStage):
                     q.fetch.unrecord(user, client_id, size, now)
                     return _empty(ctx, body, now)
                 return None
-        throttle(engine, ctx, "request", request_throttle, now)
+        throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
         return None
 
     def _paced(self, ctx: RequestContext, body: memoryview, size: int, request_throttle: int,
@@ -113,11 +114,11 @@ class QuotaSettle(ResponseStage):
             wait = q.fetch.paced_wait_ms(user, client_id, now, handles)
         if deliver or not enforcing or not (wait or request_throttle):
             mute = q.fetch.record_and_get_throttle_ms(user, client_id, size, now, handles, paced=True)
-            throttle(engine, ctx, "fetch", mute, now)
-            throttle(engine, ctx, "request", request_throttle, now)
+            throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, mute, now)
+            throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
             return None
-        throttle(engine, ctx, "fetch", wait, now)
-        throttle(engine, ctx, "request", request_throttle, now)
+        throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, wait, now)
+        throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
         return _empty(ctx, body, now)
 
 

@@ -36,7 +36,8 @@ from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.client_quotas_api import not_null
 from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp
-from kafka_quota_proxy.quota.entities import DEFAULT, TOPIC_KEYS, QuotaEntity
+from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity
+from kafka_quota_proxy.quota.kinds import TOPIC_KEYS
 from kafka_quota_proxy.quota.topic_configs import (
     DELETE,
     DOCUMENTATION,

@@ -57,11 +57,12 @@ def counted(e: QuotaEngine) -> dict[tuple[str, str, str], tuple[int, int, int]]:
 def test_an_enforced_throttle_is_counted_told_and_holds_the_client() -> None:
     e, heard = engine()
     ctx = context()
-    throttle(e, ctx, "produce", 250, NOW)
+    throttle(e, ctx, QuotaKey.PRODUCER_BYTE_RATE, 250, NOW)
     assert counted(e) == {("produce", "alice", "c"): (1, 250, NOW)}
     assert heard.calls == [("alice", "c", "produce", 250)]
     assert ctx.throttle_ms == 250
-    throttle(e, ctx, "request", 100, NOW + 1)  # a shorter one: counted, the longer still holds
+    # a shorter one: counted, the longer still holds
+    throttle(e, ctx, QuotaKey.REQUEST_PERCENTAGE, 100, NOW + 1)
     assert counted(e)[("request", "alice", "c")] == (1, 100, NOW + 1)
     assert ctx.throttle_ms == 250
 
@@ -70,7 +71,7 @@ def test_an_enforced_throttle_is_counted_told_and_holds_the_client() -> None:
 def test_a_throttle_not_enforced_is_counted_and_told_but_holds_nobody(mode: str) -> None:
     e, heard = engine(mode)
     ctx = context()
-    throttle(e, ctx, "fetch", 400, NOW)
+    throttle(e, ctx, QuotaKey.CONSUMER_BYTE_RATE, 400, NOW)
     assert counted(e) == {("fetch", "alice", "c"): (1, 400, NOW)}
     assert heard.calls == [("alice", "c", "fetch", 400)]
     assert ctx.throttle_ms == 0
@@ -79,14 +80,14 @@ def test_a_throttle_not_enforced_is_counted_and_told_but_holds_nobody(mode: str)
 def test_no_throttle_counts_nothing() -> None:
     e, heard = engine()
     ctx = context()
-    throttle(e, ctx, "produce", 0, NOW)
+    throttle(e, ctx, QuotaKey.PRODUCER_BYTE_RATE, 0, NOW)
     assert counted(e) == {} and heard.calls == [] and ctx.throttle_ms == 0
 
 
 def test_a_per_user_throttle_is_counted_without_the_client_id() -> None:
     e, heard = engine()
     ctx = context()
-    throttle(e, ctx, "producer_ids", 40, NOW, per_user=True)
+    throttle(e, ctx, QuotaKey.PRODUCER_IDS_RATE, 40, NOW, per_user=True)
     assert counted(e) == {("producer_ids", "alice", ""): (1, 40, NOW)}
     assert heard.calls == [("alice", "c", "producer_ids", 40)]  # the usage log still hears it
     assert ctx.throttle_ms == 40
@@ -97,7 +98,7 @@ def test_the_user_is_counted_sanitized_and_a_null_client_id_as_empty() -> None:
     ctx = context(principal="team a", client_id=None)
     assert ctx.header.client_id is None
     assert client_of(ctx) == ("team a", "")
-    throttle(e, ctx, "produce", 10, NOW)
+    throttle(e, ctx, QuotaKey.PRODUCER_BYTE_RATE, 10, NOW)
     assert counted(e) == {("produce", "team%20a", ""): (1, 10, NOW)}  # Kafka's Sanitizer
     assert heard.calls == [("team a", "", "produce", 10)]
 

@@ -1,0 +1,77 @@
+"""The quota kinds, each declared once: its config key, the entities that may carry it, its value
+type, whether Apache Kafka knows it, and the name its throttles are counted under (the metrics'
+and the usage log's `quota_type`). Every list of keys by entity, the whole-number keys, the
+extension keys and the usage log's throttle types and quota keys are derived from KINDS here.
+
+Kafka is the model: one QuotaType enum (ClientQuotaManager's QuotaType) names each kind, its
+config key and its sensor's name. The managers, the metrics and the admin API still name the
+kinds they serve themselves; issue 38 moves them here step by step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaKind:
+    key: QuotaKey  # its config key, as kafka-configs and the YAML file spell it
+    throttle_type: str  # the quota_type its throttles are counted under
+    clients: bool = True  # on user and/or client-id entities (Kafka's client quotas)
+    user_alone: bool = False  # on a user entity alone (a name or <default>, no client-id)
+    ip: bool = False  # on an ip entity (a name or <default>)
+    topic: bool = False  # on a topic entity (the KIP-13 draft's topic quotas: an extension)
+    # Kafka's value type is LONG or INT (ClientQuotaControlManager / QuotaConfigs): whole numbers
+    whole_number: bool = False
+    extension: bool = False  # Kafka does not know it: set and described through the proxy only
+
+    @property
+    def per_tenant(self) -> bool:
+        """Charged to a tenant (a user and/or client-id): the usage log counts its throttles."""
+        return self.clients or self.user_alone
+
+
+KINDS: tuple[QuotaKind, ...] = (
+    QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, whole_number=True),  # KIP-13
+    QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, whole_number=True),  # KIP-13
+    QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request"),  # KIP-124
+    QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation"),  # KIP-599
+    # KIP-936, which Apache Kafka never shipped: new producer ids per second, per user
+    QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True),
+    # KIP-612: new connections per second per client address
+    QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
+              whole_number=True),
+)
+KIND: dict[QuotaKey, QuotaKind] = {kind.key: kind for kind in KINDS}
+assert KIND.keys() == set(QuotaKey), "every quota key is one kind"
+
+WHOLE_NUMBER_KEYS = frozenset(k.key for k in KINDS if k.whole_number)
+CLIENT_KEYS = frozenset(k.key for k in KINDS if k.clients)
+IP_KEYS = frozenset(k.key for k in KINDS if k.ip)
+# Keys a user entity alone (a name or <default>, no client-id) may carry, beyond CLIENT_KEYS.
+USER_ONLY_KEYS = frozenset(k.key for k in KINDS if k.user_alone and not k.clients)
+# Keys Apache Kafka does not know: set and described through the proxy only.
+EXTENSION_KEYS = frozenset(k.key for k in KINDS if k.extension)
+# A topic's write and read budget (the KIP-13 draft's "quota distribution"). The topic entity
+# type is itself an extension: Kafka brokers know no quota on it.
+TOPIC_KEYS = frozenset(k.key for k in KINDS if k.topic)
+# What the usage log keeps per tenant, in this order: each kind's throttles and its quota.
+TENANT_KINDS = tuple(k for k in KINDS if k.per_tenant)
+
+
+def keys_for(entity: QuotaEntity) -> frozenset[QuotaKey]:
+    """The quota keys this entity may carry."""
+    if entity.ip is not None:
+        return IP_KEYS
+    if entity.topic is not None:
+        return TOPIC_KEYS
+    if entity.client_id is None:
+        return CLIENT_KEYS | USER_ONLY_KEYS
+    return CLIENT_KEYS
+
+
+def throttle_type(key: QuotaKey) -> str:
+    """The quota_type a throttle for `key` is counted under."""
+    return KIND[key].throttle_type
