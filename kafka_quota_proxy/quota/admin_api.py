@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
 from kafka_quota_proxy.quota.entities import DEFAULT, ENTITY_TYPES, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.kinds import USER_ONLY_KEYS, WHOLE_NUMBER_KEYS, keys_for
+from kafka_quota_proxy.quota.kinds import KINDS, USER_ONLY_KEYS, WHOLE_NUMBER_KEYS, keys_for
 
 # Kafka error codes used by these two APIs.
 NONE = 0
@@ -29,14 +29,11 @@ MATCH_TYPE_EXACT = 0
 MATCH_TYPE_DEFAULT = 1
 MATCH_TYPE_SPECIFIED = 2
 
-# The largest value of each whole-number key, and its Java type as Kafka's message names it.
-# Kafka compares the double against the Java constant widened to double, so LONG's bound is
-# 2**63 exactly.
-_MAX_VALUE = {
-    QuotaKey.PRODUCER_BYTE_RATE: (float(2**63 - 1), "a LONG"),
-    QuotaKey.CONSUMER_BYTE_RATE: (float(2**63 - 1), "a LONG"),
-    QuotaKey.CONNECTION_CREATION_RATE: (float(2**31 - 1), "an INT"),
-}
+# The largest value of each Java type of a whole-number key, and the type as Kafka's message
+# names it. Kafka compares the double against the Java constant widened to double, so LONG's
+# bound is 2**63 exactly.
+_JAVA_MAX = {"LONG": (float(2**63 - 1), "a LONG"), "INT": (float(2**31 - 1), "an INT")}
+_MAX_VALUE = {kind.key: _JAVA_MAX[kind.value_type] for kind in KINDS if kind.whole_number}
 assert _MAX_VALUE.keys() == WHOLE_NUMBER_KEYS
 _FRACTION_EPSILON = 1e-6  # ClientQuotaControlManager.getErrorForIntegralQuotaValue
 

@@ -23,9 +23,14 @@ class QuotaKind:
     user_alone: bool = False  # on a user entity alone (a name or <default>, no client-id)
     ip: bool = False  # on an ip entity (a name or <default>)
     topic: bool = False  # on a topic entity (the KIP-13 draft's topic quotas: an extension)
-    # Kafka's value type is LONG or INT (ClientQuotaControlManager / QuotaConfigs): whole numbers
-    whole_number: bool = False
+    # Kafka's value type (QuotaConfigs): LONG and INT take whole numbers only
+    # (ClientQuotaControlManager), DOUBLE any number
+    value_type: str = "DOUBLE"
     extension: bool = False  # Kafka does not know it: set and described through the proxy only
+
+    @property
+    def whole_number(self) -> bool:
+        return self.value_type != "DOUBLE"
 
     @property
     def per_tenant(self) -> bool:
@@ -34,15 +39,15 @@ class QuotaKind:
 
 
 KINDS: tuple[QuotaKind, ...] = (
-    QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, whole_number=True),  # KIP-13
-    QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, whole_number=True),  # KIP-13
+    QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG"),  # KIP-13
+    QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG"),  # KIP-13
     QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request"),  # KIP-124
     QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation"),  # KIP-599
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, per user
     QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True),
     # KIP-612: new connections per second per client address
     QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
-              whole_number=True),
+              value_type="INT"),
 )
 KIND: dict[QuotaKey, QuotaKind] = {kind.key: kind for kind in KINDS}
 assert KIND.keys() == set(QuotaKey), "every quota key is one kind"

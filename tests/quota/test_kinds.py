@@ -41,6 +41,8 @@ def test_the_keys_each_entity_may_carry_are_kafkas_and_the_extensions() -> None:
     assert keys_for(QuotaEntity(client_id="c")) == CLIENT_KEYS
     assert keys_for(QuotaEntity(ip=DEFAULT)) == IP_KEYS
     assert keys_for(QuotaEntity(topic="orders")) == TOPIC_KEYS
+    assert {kind.key: kind.value_type for kind in KINDS if kind.whole_number} == {
+        K.PRODUCER_BYTE_RATE: "LONG", K.CONSUMER_BYTE_RATE: "LONG", K.CONNECTION_CREATION_RATE: "INT"}
 
 
 def test_throttles_are_counted_under_each_kinds_quota_type_and_the_usage_log_keeps_the_tenants() -> None:

@@ -19,7 +19,7 @@ from typing import Protocol
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.quota.connections import ConnectionQuotas
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import CLIENT_KEYS, USER_ONLY_KEYS
+from kafka_quota_proxy.quota.kinds import TENANT_KINDS
 from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
@@ -210,7 +210,7 @@ class QuotaEngine:
         found = self._switches
         store, settings = self.store, self.settings
         if found is None or found.version != store.version or found.settings is not settings:
-            measuring = any(store.quota_types_enabled(key) for key in CLIENT_KEYS | USER_ONLY_KEYS)
+            measuring = any(store.quota_types_enabled(kind.key) for kind in TENANT_KINDS)
             active = settings.mode != "off"
             found = self._switches = Switches(
                 version=store.version, settings=settings, measuring=measuring,
