@@ -1,4 +1,5 @@
-"""The five measures the pipeline reports on, each tied to the quota key that limits it.
+"""The measures the pipeline reports on, one per tenant quota kind (quota/kinds.py), each tied to
+the quota key that limits it.
 
 A measure is a per-interval rate computed from one usage record (quota/usage.py): its amount in
 the interval divided by the interval's length, in the unit its quota key uses. The same names
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import TENANT_KINDS, QuotaKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,23 +27,21 @@ class Measure:
     title: str
 
 
-PRODUCE = Measure("produce", QuotaKey.PRODUCER_BYTE_RATE, "produce_bytes", "produce", "B/s",
-                  "Produce bytes/s")
-FETCH = Measure("fetch", QuotaKey.CONSUMER_BYTE_RATE, "fetch_bytes", "fetch", "B/s", "Fetch bytes/s")
-# request_time_ms over the interval as Kafka's request_percentage counts it: percent of one thread.
-REQUEST = Measure("request", QuotaKey.REQUEST_PERCENTAGE, "request_time_ms", "request", "%",
-                  "Request time, % of a thread")
-MUTATIONS = Measure("mutations", QuotaKey.CONTROLLER_MUTATION_RATE, "partitions_mutated",
-                    "controller_mutation", "partitions/s", "Partition mutations/s")
-PRODUCER_IDS = Measure("producer_ids", QuotaKey.PRODUCER_IDS_RATE, "new_producer_ids", "producer_ids",
-                       "ids/s", "New producer ids/s")
+def _measure(kind: QuotaKind) -> Measure:
+    assert kind.measure is not None and kind.usage_counter is not None, f"{kind.key} is no tenant's"
+    return Measure(kind.measure, kind.key, kind.usage_counter, kind.throttle_type, kind.unit, kind.title)
 
-MEASURES = (PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS)
+
+MEASURES = tuple(_measure(kind) for kind in TENANT_KINDS)
 BY_NAME = {m.name: m for m in MEASURES}
+BY_KEY = {m.key: m for m in MEASURES}
+PRODUCE, FETCH = BY_KEY[QuotaKey.PRODUCER_BYTE_RATE], BY_KEY[QuotaKey.CONSUMER_BYTE_RATE]
+REQUEST, MUTATIONS = BY_KEY[QuotaKey.REQUEST_PERCENTAGE], BY_KEY[QuotaKey.CONTROLLER_MUTATION_RATE]
+PRODUCER_IDS = BY_KEY[QuotaKey.PRODUCER_IDS_RATE]
 # The measures whose quota is set per (user, client-id); producer_ids_rate is per user only.
-CLIENT_MEASURES = (PRODUCE, FETCH, REQUEST, MUTATIONS)
+CLIENT_MEASURES = tuple(BY_KEY[kind.key] for kind in TENANT_KINDS if kind.clients)
 # The measures a topic quota limits (usage_log.topics), with the same keys as a client's.
-TOPIC_MEASURES = (PRODUCE, FETCH)
+TOPIC_MEASURES = tuple(BY_KEY[kind.key] for kind in TENANT_KINDS if kind.topic)
 
 
 def per_second(measure: Measure) -> float:

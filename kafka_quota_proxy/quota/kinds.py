@@ -27,6 +27,12 @@ class QuotaKind:
     # (ClientQuotaControlManager), DOUBLE any number
     value_type: str = "DOUBLE"
     extension: bool = False  # Kafka does not know it: set and described through the proxy only
+    # A tenant's kind, as the usage log and its pipeline report it: the record's counter of what
+    # it measures, the pipeline's name for the measure, its quota's unit and a title.
+    usage_counter: str | None = None
+    measure: str | None = None
+    unit: str = ""
+    title: str = ""
 
     @property
     def whole_number(self) -> bool:
@@ -39,12 +45,21 @@ class QuotaKind:
 
 
 KINDS: tuple[QuotaKind, ...] = (
-    QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG"),  # KIP-13
-    QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG"),  # KIP-13
-    QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request"),  # KIP-124
-    QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation"),  # KIP-599
+    QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG",  # KIP-13
+              usage_counter="produce_bytes", measure="produce", unit="B/s", title="Produce bytes/s"),
+    QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG",  # KIP-13
+              usage_counter="fetch_bytes", measure="fetch", unit="B/s", title="Fetch bytes/s"),
+    # KIP-124. The usage log's request_time_ms over an interval, as Kafka's request_percentage
+    # counts it: percent of one thread.
+    QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request", usage_counter="request_time_ms", measure="request",
+              unit="%", title="Request time, % of a thread"),
+    QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation",  # KIP-599
+              usage_counter="partitions_mutated", measure="mutations", unit="partitions/s",
+              title="Partition mutations/s"),
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, per user
-    QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True),
+    QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True,
+              usage_counter="new_producer_ids", measure="producer_ids", unit="ids/s",
+              title="New producer ids/s"),
     # KIP-612: new connections per second per client address
     QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
               value_type="INT"),

@@ -97,8 +97,11 @@ _GROUP_OF = {key: group for group, keys in API_GROUPS.items() for key in keys}
 THROTTLE_TYPES = tuple(kind.throttle_type for kind in TENANT_KINDS)
 QUOTA_KEYS = tuple(kind.key for kind in TENANT_KINDS)
 
+# The record's counters, in the record's layout: each tenant kind's (quota/kinds.py), and the
+# tenant's new connections.
 COUNTERS = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids", "partitions_mutated",
             "connections")
+assert set(COUNTERS) == {kind.usage_counter for kind in TENANT_KINDS} | {"connections"}
 # Per topic (usage_log.topics): record bytes written and read, and those the topic's quota refused.
 TOPIC_COUNTERS = ("produce_bytes", "fetch_bytes", "produce_refused_bytes", "fetch_refused_bytes")
 

@@ -1,0 +1,43 @@
+"""analytics/measures.py: one measure per tenant quota kind, derived from the registry
+(quota/kinds.py), with the names, counters, throttle types, units and titles the pipeline's
+tables and reports use."""
+
+from __future__ import annotations
+
+from kafka_quota_proxy.analytics.measures import (
+    BY_NAME,
+    CLIENT_MEASURES,
+    FETCH,
+    MEASURES,
+    MUTATIONS,
+    PRODUCE,
+    PRODUCER_IDS,
+    REQUEST,
+    TOPIC_MEASURES,
+    Measure,
+    per_second,
+)
+from kafka_quota_proxy.quota.entities import QuotaKey
+
+
+def test_one_measure_per_tenant_kind_as_the_tables_name_them() -> None:
+    assert MEASURES == (
+        Measure("produce", QuotaKey.PRODUCER_BYTE_RATE, "produce_bytes", "produce", "B/s", "Produce bytes/s"),
+        Measure("fetch", QuotaKey.CONSUMER_BYTE_RATE, "fetch_bytes", "fetch", "B/s", "Fetch bytes/s"),
+        Measure("request", QuotaKey.REQUEST_PERCENTAGE, "request_time_ms", "request", "%",
+                "Request time, % of a thread"),
+        Measure("mutations", QuotaKey.CONTROLLER_MUTATION_RATE, "partitions_mutated", "controller_mutation",
+                "partitions/s", "Partition mutations/s"),
+        Measure("producer_ids", QuotaKey.PRODUCER_IDS_RATE, "new_producer_ids", "producer_ids", "ids/s",
+                "New producer ids/s"),
+    )
+    assert MEASURES == (PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS)
+    assert CLIENT_MEASURES == (PRODUCE, FETCH, REQUEST, MUTATIONS)  # producer_ids_rate: per user
+    assert TOPIC_MEASURES == (PRODUCE, FETCH)
+    assert all(BY_NAME[m.name] is m for m in MEASURES)
+    assert all(c is m for c, m in zip(CLIENT_MEASURES, MEASURES, strict=False))
+
+
+def test_request_time_in_ms_is_a_percentage_of_one_thread() -> None:
+    assert per_second(REQUEST) == 0.1
+    assert {per_second(m) for m in MEASURES if m is not REQUEST} == {1.0}
