@@ -2,8 +2,9 @@
 then the client. Each stage names the API keys it cares about, and the chain for a key is
 computed once, so a frame no stage asked for is forwarded after its header is read and its body's
 lengths are checked (WellFormed, the one stage for every key).
-`build_pipeline` is the one place the order is written; adding a concern (a quota type, say)
-adds a stage there and touches nothing else.
+`build_pipeline` is the one place the order is written. A new quota kind is declared in
+quota/kinds.py, whose lists of keys, throttle types and the pipeline's measures follow from it;
+its manager, its stage's place here and its metrics are still written by hand (issue 38).
 """
 
 from __future__ import annotations

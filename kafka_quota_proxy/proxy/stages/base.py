@@ -4,7 +4,8 @@ A request passes the request stages in order, then goes to the broker; its respo
 response stages, then goes to the client. Each stage names the API keys it cares about, and the
 chain for a key is computed once, so a frame no stage asked for is forwarded without any work
 beyond reading its header and checking its body's lengths (WellFormed, which every request
-passes). Adding a concern (a quota type, say) adds a stage and touches nothing else.
+passes). A concern that needs a look at requests or responses is one stage here; what a new
+quota kind also touches is said in chain.py.
 """
 
 from __future__ import annotations
