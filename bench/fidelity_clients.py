@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.fidelity_reading import Outcome, client_metrics, throttles
 from bench.many_connections import CLIENT_ID, read, throttle_cb
-from devkit.kafka import QUIET_LOG4J2, java_command, lib_dir
+from devkit.kafka_jvm import QUIET_LOG4J2, java_command, lib_dir
 from devkit.producing import Timeline, produce
 
 # The tools' quiet config, and the one NetworkClient line a throttled response writes.

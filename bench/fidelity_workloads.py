@@ -17,7 +17,8 @@ from bench.end_offsets import EndOffsets
 from bench.fidelity_clients import java_tool, rdkafka_produce
 from bench.fidelity_reading import FAILED, ONE_BUDGET, REFUSED, Outcome, creations, judge, judge_end_offsets
 from bench.many_connections import CLIENT_ID, QUOTA, entity_quota
-from devkit.kafka import KafkaBroker, KafkaCluster
+from devkit.kafka import KafkaBroker
+from devkit.kafka_cluster import KafkaCluster
 from devkit.producing import RECORD
 
 # The mutations case: partitions/s, and the partitions of each topic it creates. Each accepted

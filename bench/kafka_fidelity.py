@@ -35,7 +35,7 @@ Cases (`--cases`), each under a quota of 1,000,000 B/s for client-id `bulk`:
   (bench/java/CreateTopicsLoop.java, run as a source file on Kafka's jars). The rate is the
   partitions created; the topics are deleted after each run;
 - `three-brokers` (`producer_byte_rate`): three Kafka brokers and a KRaft controller
-  (devkit.kafka.KafkaCluster), the librdkafka producer flat out to a topic with one partition led
+  (devkit.kafka_cluster.KafkaCluster), the librdkafka producer flat out to a topic with one partition led
   by each broker. Each of Kafka's brokers enforces the quota on its own, so the client may have
   three times the quota; so may it through a proxy with `quota.scope: broker` (path `proxy`),
   both judged against three times the quota. A third path, `proxy-cluster`, goes through a proxy
@@ -126,13 +126,9 @@ from bench.many_connections import (
     fill,
 )
 from bench.shared_accuracy import SLIDING_S
-from devkit.kafka import (
-    KafkaBroker,
-    KafkaCluster,
-    free_port,
-    scram_client_properties,
-    share_from_earliest,
-)
+from devkit.kafka import KafkaBroker
+from devkit.kafka_cluster import KafkaCluster
+from devkit.kafka_jvm import free_port, scram_client_properties, share_from_earliest
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD
 

@@ -49,7 +49,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.end_offsets import EndOffsets
 from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings, settings
-from devkit.kafka import KafkaBroker, run_tool
+from devkit.kafka import KafkaBroker
+from devkit.kafka_jvm import run_tool
 from devkit.processes import ProxyProcess
 from devkit.producing import RECORD, Timeline, produce
 

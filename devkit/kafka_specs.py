@@ -23,14 +23,14 @@ from pathlib import Path
 
 from kafka.protocol.schemas.fields.base import BaseField
 
-from devkit import kafka
+from devkit import kafka_jvm
 
 TARGET = Path(__file__).resolve().parents[1] / "kafka_quota_proxy" / "protocol" / "kafka_specs"
 _COMMENTS = re.compile(r"(?m)^\s*//.*$")
 
 
 def _clients_jar() -> Path:
-    lib = kafka.resolve_jars()
+    lib = kafka_jvm.resolve_jars()
     (jar,) = [p for p in lib.glob("kafka-clients-*.jar")]
     return jar
 

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devkit.kafka import JVM_FLAGS, MIN_JAVA, QUIET_LOG4J2, KafkaError, check_java, lib_dir
+from devkit.kafka_jvm import JVM_FLAGS, MIN_JAVA, QUIET_LOG4J2, KafkaError, check_java, lib_dir
 from devkit.processes import die_with_parent
 
 SOURCE = Path(__file__).with_name("streams") / "CountApp.java"

@@ -39,13 +39,14 @@ def _build(image: str, containerfile: str, context: Path, *build_args: str) -> f
 
 
 def build_kafka() -> float:
-    from devkit import kafka
+    from devkit import kafka, kafka_jvm
 
-    lib = kafka.resolve_jars()
+    lib = kafka_jvm.resolve_jars()
     with tempfile.TemporaryDirectory(prefix="kqp-kafka-image-") as tmp:
         context = Path(tmp)
         shutil.copytree(lib, context / "lib")
         shutil.copy(Path(kafka.__file__), context / "kafka.py")
+        shutil.copy(Path(kafka_jvm.__file__), context / "kafka_jvm.py")
         shutil.copy(HERE / "kafka-broker-api-versions.sh", context / "kafka-broker-api-versions.sh")
         return _build(KAFKA, "kafka.Containerfile", context)
 

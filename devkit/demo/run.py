@@ -62,7 +62,8 @@ from devkit.demo.diagnosis import Lookup, look_up
 from devkit.demo.inprocess import ProxyThread, RingHandler, captured_logs, log
 from devkit.demo.summary import summary
 from devkit.demo.view import Addresses, Frame, plain_line, quota_text, render
-from devkit.kafka import KafkaBroker, KafkaError, kafka_version
+from devkit.kafka import KafkaBroker
+from devkit.kafka_jvm import KafkaError, kafka_version
 from devkit.processes import LOOPBACK, free_port, wait_for_port
 from devkit.tansu import Broker, BrokerError
 from kafka_quota_proxy.config import HostPort, merge

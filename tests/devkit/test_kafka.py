@@ -19,8 +19,10 @@ import confluent_kafka
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from devkit import kafka
-from devkit.kafka import KafkaBroker, KafkaCluster, KafkaError
+from devkit import kafka, kafka_jvm
+from devkit.kafka import KafkaBroker
+from devkit.kafka_cluster import KafkaCluster
+from devkit.kafka_jvm import KafkaError
 
 # -- No JVM ----------------------------------------------------------------------------------------
 
@@ -53,13 +55,13 @@ def bare_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..., 
 def test_no_java_says_so(bare_path: Callable[..., None]) -> None:
     bare_path()
     with pytest.raises(KafkaError, match="no java: Kafka needs a Java 17"):
-        kafka.check_java()
+        kafka_jvm.check_java()
 
 
 def test_an_old_java_says_which_and_what_kafka_needs(bare_path: Callable[..., None]) -> None:
     bare_path(java="echo 'openjdk version \"11.0.2\" 2019-01-15' >&2")
     with pytest.raises(KafkaError, match=r"is Java 11; Kafka 4 needs Java 17 or newer"):
-        kafka.check_java()
+        kafka_jvm.check_java()
 
 
 @pytest.mark.parametrize(("says", "version"), [('"1.8.0_292"', 8), ('"21" 2023-09-19', 21),
@@ -67,13 +69,13 @@ def test_an_old_java_says_which_and_what_kafka_needs(bare_path: Callable[..., No
 def test_java_version_reads_old_and_new_forms(bare_path: Callable[..., None], says: str,
                                               version: int) -> None:
     bare_path(java=f"echo 'openjdk version {says}' >&2")
-    assert kafka.java_version() == version
+    assert kafka_jvm.java_version() == version
 
 
 def test_no_mvn_says_so(bare_path: Callable[..., None], tmp_path: Path) -> None:
     bare_path(java=JAVA_17)
     with pytest.raises(KafkaError, match="no mvn: resolving Kafka's jars needs Maven"):
-        kafka.resolve_jars(tmp_path / "lib")
+        kafka_jvm.resolve_jars(tmp_path / "lib")
 
 
 def test_a_failed_resolve_shows_mavens_output_and_leaves_nothing(bare_path: Callable[..., None],
@@ -81,7 +83,7 @@ def test_a_failed_resolve_shows_mavens_output_and_leaves_nothing(bare_path: Call
     bare_path(java=JAVA_17, mvn="echo '[ERROR] Could not resolve dependencies for kafka_2.13'; exit 1")
     with pytest.raises(KafkaError, match=r"(?s)mvn could not resolve Kafka 4\.\d+\.\d+'s jars.*"
                                          r"exit 1.*Could not resolve dependencies"):
-        kafka.resolve_jars(tmp_path / "lib")
+        kafka_jvm.resolve_jars(tmp_path / "lib")
     assert [p.name for p in tmp_path.iterdir()] == ["bin"]
 
 
@@ -89,8 +91,8 @@ def test_a_resolved_folder_is_not_resolved_again(bare_path: Callable[..., None],
     bare_path()  # neither java nor mvn: they must not be needed
     lib = tmp_path / "lib"
     lib.mkdir()
-    (lib / kafka.STAMP).write_text(kafka._pom_digest(kafka.POM))
-    assert kafka.resolve_jars(lib) == lib
+    (lib / kafka_jvm.STAMP).write_text(kafka_jvm._pom_digest(kafka_jvm.POM))
+    assert kafka_jvm.resolve_jars(lib) == lib
 
 
 def test_a_folder_resolved_from_another_pom_is_resolved_again(bare_path: Callable[..., None],
@@ -102,24 +104,24 @@ def test_a_folder_resolved_from_another_pom_is_resolved_again(bare_path: Callabl
     lib = tmp_path / "lib"
     lib.mkdir()
     (lib / "kafka_2.13-4.4.0.jar").touch()
-    (lib / kafka.STAMP).write_text("the digest of an older pom\n")
-    assert kafka.resolve_jars(lib) == lib
-    assert sorted(p.name for p in lib.iterdir()) == [kafka.STAMP, "kafka-streams-4.4.0.jar",
+    (lib / kafka_jvm.STAMP).write_text("the digest of an older pom\n")
+    assert kafka_jvm.resolve_jars(lib) == lib
+    assert sorted(p.name for p in lib.iterdir()) == [kafka_jvm.STAMP, "kafka-streams-4.4.0.jar",
                                                      "kafka_2.13-4.4.0.jar"]
-    assert (lib / kafka.STAMP).read_text() == kafka._pom_digest(kafka.POM) + "\n"
+    assert (lib / kafka_jvm.STAMP).read_text() == kafka_jvm._pom_digest(kafka_jvm.POM) + "\n"
 
 
 def test_resolve_never_replaces_a_folder_of_other_things(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(KafkaError, match="holds files other than jars"):
-        kafka.resolve_jars(tmp_path)
+        kafka_jvm.resolve_jars(tmp_path)
 
 
 def test_the_default_cache_is_per_pom(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    digest = hashlib.sha256(kafka.POM.read_bytes()).hexdigest()[:12]
-    folder = f"kafka-{kafka.kafka_version()}-{digest}"
-    assert kafka.default_lib() == tmp_path / "kafka-quota-proxy" / folder / "lib"
+    digest = hashlib.sha256(kafka_jvm.POM.read_bytes()).hexdigest()[:12]
+    folder = f"kafka-{kafka_jvm.kafka_version()}-{digest}"
+    assert kafka_jvm.default_lib() == tmp_path / "kafka-quota-proxy" / folder / "lib"
 
 
 def test_a_folder_without_the_broker_jar_is_refused(tmp_path: Path) -> None:
@@ -169,7 +171,7 @@ def test_delegation_tokens_are_off_unless_asked_for(tmp_path: Path) -> None:
 
 
 def test_a_token_logs_in_with_tokenauth_and_never_shows_its_hmac() -> None:
-    token = kafka.DelegationToken("Xid", "hmac-secret")
+    token = kafka_jvm.DelegationToken("Xid", "hmac-secret")
     assert "hmac-secret" not in repr(token) and "Xid" in repr(token)
     assert token.client_properties("SCRAM-SHA-256") == (
         "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-256\n"
@@ -219,7 +221,7 @@ def test_data_directories_the_nodes_made_go_when_the_process_exits(tmp_path: Pat
     (tmp_path / "kafka_2.13-4.4.0.jar").touch()
     script = ("import sys\n"
               "from pathlib import Path\n"
-              "from devkit.kafka import KafkaBroker, KafkaCluster\n"
+              "from devkit.kafka import KafkaBroker\nfrom devkit.kafka_cluster import KafkaCluster\n"
               "node = KafkaBroker()\n"
               "(node.log_path.parent / 'data').mkdir()\n"
               "node.stop()\n"
@@ -252,7 +254,7 @@ def test_a_cluster_has_one_controller_and_distinct_brokers(tmp_path: Path) -> No
 
 
 def test_a_cluster_id_is_kafkas_form() -> None:
-    ids = {kafka.new_cluster_id() for _ in range(200)}
+    ids = {kafka_jvm.new_cluster_id() for _ in range(200)}
     assert all(len(i) == 22 and not i.startswith("-") for i in ids) and len(ids) == 200
 
 
@@ -298,7 +300,7 @@ def _brokers(bootstrap: str, **config: str) -> set[int]:
 @pytest.fixture(scope="module")
 def scram_broker() -> Iterator[KafkaBroker]:
     """A node of this module's own with a SCRAM listener; the restart test kills and restarts it."""
-    node = KafkaBroker(sasl_port=kafka.free_port(), scram_users={"alice": "alice-secret"}).start()
+    node = KafkaBroker(sasl_port=kafka_jvm.free_port(), scram_users={"alice": "alice-secret"}).start()
     try:
         yield node
     finally:
@@ -315,7 +317,7 @@ def test_produce_and_consume(kafka_broker: KafkaBroker, topic_name: str) -> None
 @pytest.mark.integration
 @pytest.mark.kafka
 def test_run_tool_runs_kafkas_own_tools(kafka_broker: KafkaBroker, topic_name: str) -> None:
-    created = kafka.run_tool("TopicCommand", "--bootstrap-server", kafka_broker.bootstrap, "--create",
+    created = kafka_jvm.run_tool("TopicCommand", "--bootstrap-server", kafka_broker.bootstrap, "--create",
                              "--topic", topic_name, "--partitions", "3")
     assert created.returncode == 0, created.stderr
     topics = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(timeout=15).topics
@@ -359,7 +361,7 @@ def test_a_restart_after_kill_keeps_the_data(scram_broker: KafkaBroker, topic_na
     scram_broker.kill()
     scram_broker.restart()
     assert _consume(scram_broker.bootstrap, topic_name, 5) == [f"m{i}".encode() for i in range(5)]
-    assert scram_broker.metadata() == [kafka.BrokerInfo(1, "127.0.0.1", scram_broker.port)]
+    assert scram_broker.metadata() == [kafka_jvm.BrokerInfo(1, "127.0.0.1", scram_broker.port)]
 
 
 @pytest.mark.integration
@@ -381,11 +383,13 @@ def test_three_brokers_and_one_controller(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 @pytest.mark.kafka
-def test_serve_runs_kafka_in_the_foreground_from_the_file_alone(tmp_path: Path) -> None:
-    """As an image runs it: kafka.py copied alone, no project on the path (-I), the jars given."""
-    lib = kafka.resolve_jars()
+def test_serve_runs_kafka_in_the_foreground_from_the_files_alone(tmp_path: Path) -> None:
+    """As an image runs it: kafka.py and kafka_jvm.py copied alone, no project on the path (-I),
+    the jars given."""
+    lib = kafka_jvm.resolve_jars()
     shutil.copy(kafka.__file__, tmp_path / "kafka.py")
-    port, controller_port = kafka.free_port(), kafka.free_port()
+    shutil.copy(kafka_jvm.__file__, tmp_path / "kafka_jvm.py")
+    port, controller_port = kafka_jvm.free_port(), kafka_jvm.free_port()
     with open(tmp_path / "serve.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-I", str(tmp_path / "kafka.py"), "serve", "--listen-host", "127.0.0.1",
@@ -397,12 +401,12 @@ def test_serve_runs_kafka_in_the_foreground_from_the_file_alone(tmp_path: Path) 
         while True:
             assert proc.poll() is None, (tmp_path / "serve.log").read_text()[-3000:]
             try:
-                brokers = kafka.metadata("127.0.0.1", port)
+                brokers = kafka_jvm.metadata("127.0.0.1", port)
                 break
             except (OSError, ValueError):
                 assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
                 time.sleep(0.3)
-        assert brokers == [kafka.BrokerInfo(1, "kafka.example", 9092)]
+        assert brokers == [kafka_jvm.BrokerInfo(1, "kafka.example", 9092)]
         assert Path(f"/proc/{proc.pid}/exe").resolve().name == "java"  # exec'd: the same pid
         proc.send_signal(signal.SIGTERM)  # reaches the JVM itself, which shuts down
         assert proc.wait(60) == 128 + signal.SIGTERM

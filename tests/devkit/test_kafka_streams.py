@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from devkit import kafka_streams
-from devkit.kafka import KafkaError
+from devkit.kafka_jvm import KafkaError
 from devkit.kafka_streams import CountApp
 
 JAVA_17 = "#!/bin/sh\necho 'openjdk version \"17.0.15\" 2025-04-15' >&2\n"

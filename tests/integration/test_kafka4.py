@@ -18,7 +18,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 
-from devkit.kafka import KafkaBroker, run_tool
+from devkit.kafka import KafkaBroker
+from devkit.kafka_jvm import run_tool
 from devkit.kafka_specs import valid_versions
 from devkit.processes import ProxyProcess
 from devkit.producing import Timeline, produce

@@ -17,7 +17,8 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.kafka import KafkaCluster, run_tool
+from devkit.kafka_cluster import KafkaCluster
+from devkit.kafka_jvm import run_tool
 from devkit.processes import ProxyProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

@@ -1,4 +1,4 @@
-"""Kafka 4.4's own admin tools run for real through the proxy (devkit.kafka.run_tool).
+"""Kafka 4.4's own admin tools run for real through the proxy (devkit.kafka_jvm.run_tool).
 
 `kafka-configs.sh` (ConfigCommand) runs each sequence twice at once, once straight at the Kafka
 broker and once through the proxy, and every line each run prints must be the same: the proxy
@@ -25,7 +25,8 @@ from typing import NamedTuple
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from devkit.kafka import KafkaBroker, run_tool
+from devkit.kafka import KafkaBroker
+from devkit.kafka_jvm import run_tool
 from devkit.processes import ProxyProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.kafka import DelegationToken, KafkaBroker, run_tool
+from devkit.kafka import KafkaBroker
+from devkit.kafka_jvm import DelegationToken, run_tool
 from devkit.processes import ProxyProcess, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]

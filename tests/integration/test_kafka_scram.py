@@ -12,7 +12,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.kafka import KafkaBroker, run_tool
+from devkit.kafka import KafkaBroker
+from devkit.kafka_jvm import run_tool
 from devkit.processes import ProxyProcess, free_port
 from devkit.producing import Timeline, produce
 

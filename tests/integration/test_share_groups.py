@@ -15,7 +15,8 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from devkit.kafka import KafkaBroker, run_tool, share_from_earliest
+from devkit.kafka import KafkaBroker
+from devkit.kafka_jvm import run_tool, share_from_earliest
 from devkit.processes import ProxyProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.kafka]
