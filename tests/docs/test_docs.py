@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from kafka_quota_proxy.cli.main import main
+from kafka_quota_proxy.quota.kinds import KINDS, QuotaKind
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "deploy" / "README.md"]
@@ -141,3 +142,18 @@ def test_a_wrong_key_in_an_example_fails(tmp_path: Path) -> None:
     data = _completed(block.replace("  mode: enforce", "  moode: enforce"), tmp_path)
     assert data is not None
     assert check_config(data, tmp_path) != 0, f"{where} with quota.moode still passes"
+
+
+def test_the_quota_keys_table_lists_every_kind_of_the_registry() -> None:
+    """docs/quotas.md's table of quota keys says, for each kind in quota/kinds.py, the entities
+    that may carry it, and lists no other key."""
+    text = (ROOT / "docs" / "quotas.md").read_text(encoding="utf-8")
+    table = text.split("| key | entity | what it limits |\n", 1)[1].split("\n\n", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", table, re.M))
+
+    def entities(kind: QuotaKind) -> str:
+        if kind.clients:
+            return "user, client-id"
+        return "ip" if kind.ip else "user only"
+
+    assert rows == {kind.key.value: entities(kind) for kind in KINDS}
