@@ -2,7 +2,8 @@
 mutations in mutations.py, the per-IP connection creation rate in connections.py.
 
 Each one resolves the sensor and the quota (resolution.py), records into a `Rate` or
-`TokenBucket` held by a `Sensors` store, and turns a violation into a throttle time (throttle.py).
+`TokenBucket` held by a `Sensors` store, and turns a violation into a throttle time (throttle.py);
+the byte rates, where the proxy paces them, pace with a `Pacer` beside the Rate (pacer.py).
 Throttle times returned here are >= 0 and fit in an int32 `throttle_time_ms` field.
 """
 
@@ -12,6 +13,7 @@ import math
 from typing import cast
 
 from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.pacer import Pacer
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Resolution, Tags
 from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
@@ -113,7 +115,7 @@ class ClientQuotaManager(ResolvedQuota):
                                    paced: bool = False) -> int:
         """Record `value` at `now_ms` and return how long to throttle the client (0 if within quota).
         `handles`: the caller's kept `ChargeHandle`s by manager (one client connection's).
-        `paced` (`quota.byte_rate_enforcement: paced`): the bytes are also paced (`Rate.pace`),
+        `paced` (`quota.byte_rate_enforcement: paced`): the bytes are also paced (`Pacer.pace`),
         and the throttle is the time until the sensor's next bytes may come, not Kafka's."""
         kept = handles.get(self) if handles is not None else None
         if (kept is not None and kept.version == self.store.version and kept.user == user
@@ -132,7 +134,8 @@ class ClientQuotaManager(ResolvedQuota):
         rate: Rate = sensor.stat  # type: ignore[assignment]  # (no cast() call on this path)
         rate.record(value, now_ms)
         if paced and bound is not None:
-            return clamp_throttle(math.ceil(rate.pace(value, bound, now_ms) - now_ms))
+            pacer = sensor.pacer or self._pacer(sensor)
+            return clamp_throttle(math.ceil(pacer.pace(value, bound, now_ms) - now_ms))
         if bound is None:
             return 0
         if self.key is QuotaKey.CONSUMER_BYTE_RATE and rate.takes_turns():
@@ -172,7 +175,7 @@ class ClientQuotaManager(ResolvedQuota):
     def paced_wait_ms(self, user: str, client_id: str | None, now_ms: float,
                       handles: dict[object, ChargeHandle] | None = None, admit: bool = False) -> int:
         """(`quota.byte_rate_enforcement: paced`) How long until this client's next bytes may be
-        let in (`Rate.paced_wait_ms`; `admit`: for a request about to be read, `Rate.admit_wait_ms`):
+        let in (`Pacer.paced_wait_ms`; `admit`: for a request about to be read, `Pacer.admit_wait_ms`):
         0 when they may come now, or when no quota applies. Records nothing; makes the client's
         sensor for a request about to be read (`admit`) where a quota applies, so that a fleet's
         replicas ask for a turn for their first request too (quota/turns.py): without it each of
@@ -182,10 +185,11 @@ class ClientQuotaManager(ResolvedQuota):
             found = self._made(user, client_id, now_ms)
         if found is None:
             return 0
-        rate = found[0]
+        sensor, bound = found
+        pacer = self._pacer(sensor)
         if admit:
-            rate.paced_at(found[1])
-        wait = rate.admit_wait_ms(now_ms) if admit else rate.paced_wait_ms(now_ms)
+            pacer.paced_at(bound)
+        wait = pacer.admit_wait_ms(now_ms) if admit else pacer.paced_wait_ms(now_ms)
         return clamp_throttle(math.ceil(wait)) if wait > 0 else 0
 
     def owed_wait_ms(self, handles: dict[object, ChargeHandle], now_ms: float) -> int:
@@ -246,15 +250,23 @@ class ClientQuotaManager(ResolvedQuota):
     def pace_ms(self, user: str, client_id: str | None, size: float, now_ms: float,
                 handles: dict[object, ChargeHandle] | None = None) -> int:
         """How long to hold a client that was just delivered `size` bytes over its quota (a
-        ShareFetch the proxy delivers, `Rate.pace_ms`): its deliveries while over the quota are
+        ShareFetch the proxy delivers, `Pacer.pace_ms`): its deliveries while over the quota are
         spaced at the quota, whatever the window's bursts. 0 where no quota applies."""
         found = self._measured(user, client_id, now_ms, handles)
         if found is None or found[1] <= 0:
             return 0
-        rate, bound = found
-        return clamp_throttle(math.ceil(rate.pace_ms(size, bound, now_ms)))
+        sensor, bound = found
+        return clamp_throttle(math.ceil(self._pacer(sensor).pace_ms(size, bound, now_ms)))
 
-    def _made(self, user: str, client_id: str | None, now_ms: float) -> tuple[Rate, float] | None:
+    def _pacer(self, sensor: SensorHandle) -> Pacer:
+        """The pacer beside the sensor's rate, made the first time its bytes are paced (by the
+        stat factory: a rate shared with other replicas is paced at its part of the quota)."""
+        pacer = sensor.pacer
+        if pacer is None:
+            pacer = sensor.pacer = self.stats.pacer(cast(Rate, sensor.stat))
+        return pacer
+
+    def _made(self, user: str, client_id: str | None, now_ms: float) -> tuple[SensorHandle, float] | None:
         """The client's sensor, made if it has none, and its quota; None where no quota applies
         or the entity cap is reached."""
         res = self.resolver.resolve_if_enabled(user, client_id)
@@ -263,7 +275,7 @@ class ClientQuotaManager(ResolvedQuota):
         handle = self._sensor(res, now_ms)
         if handle is None:
             return None
-        return cast(Rate, handle.stat), res.quota
+        return handle, res.quota
 
     def _sensor(self, res: Resolution, now_ms: float) -> SensorHandle | None:
         """The handle of the sensor `res` names, made if there is none; None at the entity cap."""
@@ -272,21 +284,22 @@ class ClientQuotaManager(ResolvedQuota):
         return self.sensors.handle(sensor_key, now_ms, lambda: make(sensor_key))
 
     def _measured(self, user: str, client_id: str | None, now_ms: float,
-                  handles: dict[object, ChargeHandle] | None) -> tuple[Rate, float] | None:
+                  handles: dict[object, ChargeHandle] | None) -> tuple[SensorHandle, float] | None:
         """The client's sensor and quota, from its kept `ChargeHandle` if still good, else
         resolved; None where no quota applies or nothing was recorded yet. Makes no sensor."""
         kept = handles.get(self) if handles is not None else None
+        sensor: SensorHandle | None
         if (kept is not None and kept.version == self.store.version and kept.user == user
                 and kept.client_id == client_id and kept.sensor.live):
-            stat, bound = kept.sensor.stat, kept.bound
+            sensor, bound = kept.sensor, kept.bound
         else:
             res = self.resolver.resolve_if_enabled(user, client_id)
             if res is None:
                 return None
-            stat, bound = self.sensors.get(res.sensor_key, now_ms), res.quota
-        if bound is None or stat is None:
+            sensor, bound = self.sensors.found(res.sensor_key, now_ms), res.quota
+        if bound is None or sensor is None:
             return None
-        return cast(Rate, stat), bound
+        return sensor, bound
 
     def record_no_throttle(self, user: str, client_id: str | None, value: float, now_ms: float) -> None:
         """Record without checking the quota: it weighs on the next requests only (recordNoThrottle)."""

@@ -50,7 +50,7 @@ class Rate:
 
     __slots__ = ("config", "_slots", "_window", "_expire_age", "_min_full", "_current",
                  "_starts", "_lasts", "_values", "_purge_due", "_oldest", "_total", "_exact",
-                 "_min_window_s", "_paced_until", "_admit_at", "_pace_bound")
+                 "_min_window_s")
 
     def __init__(self, config: MetricConfig) -> None:
         self.config = config
@@ -79,12 +79,6 @@ class Rate:
         # The shortest window `measure` divides by while the clock is not behind the oldest
         # sample, (N-1) * W, in seconds, less a millionth for rounding (see `surely_within`).
         self._min_window_s = self._min_full * self._window / 1000.0 * (1 - 1e-6)
-        # Where `pace_ms` has spaced this sensor's deliveries out to (see there).
-        self._paced_until = -float("inf")
-        # `quota.byte_rate_enforcement: paced` (`pace`): when the bytes let in so far are paid for
-        # at the quota, and the quota they were last paced at (None: never paced).
-        self._admit_at = -float("inf")
-        self._pace_bound: float | None = None
 
     def _new_sample(self, now_ms: float) -> None:
         self._starts.append(now_ms)
@@ -199,75 +193,6 @@ class Rate:
     def takes_turns(self) -> bool:
         """Whether a fetch of this rate takes turns with other replicas (`SharedFetchRate`)."""
         return False
-
-    def quota_share(self) -> float:
-        """The part of the quota this stat's own bytes may pace at: all of it here. A rate shared
-        with other replicas paces at its part of the fleet's bytes (`SharedRate.quota_share`)."""
-        return 1.0
-
-    def pace_ms(self, size: float, bound: float, now_ms: float) -> float:
-        """How long to hold the client after delivering `size` bytes over the quota `bound`, so
-        that what it is delivered while over comes no faster than the quota: each delivery is
-        spaced `size / bound` after the previous one, for all of this sensor's connections
-        together. Not Kafka's: a broker never delivers a fetch over quota (see `quota.
-        share_fetch_throttle` in docs/quotas.md for why the proxy delivers a ShareFetch's). A
-        delivery up to one sample window (W) after its paced time is spaced from that time, not
-        from `now_ms`, so that the client's own round trips do not slow it below the quota (from
-        now, a consumer paced at 256 KiB/s read 0.95 of it); later than that, the pace restarts."""
-        paced = self._paced_until
-        start = paced if now_ms - paced < self._window else now_ms
-        self._paced_until = start + size * 1000.0 / (bound * self.quota_share())
-        return self._paced_until - now_ms
-
-    def paced_wait_ms(self, now_ms: float) -> float:
-        """(`quota.byte_rate_enforcement: paced`) How long until this sensor's next bytes may be
-        let in: until the bytes `pace` let in so far are paid for at the quota (<= 0: now)."""
-        return self._admit_at - now_ms
-
-    def admit_wait_ms(self, now_ms: float) -> float:
-        """`paced_wait_ms` for a request about to be let in (read off a connection): the same
-        here; with the quota shared, maybe a little longer (`SharedRate.admit_wait_ms`)."""
-        return self._admit_at - now_ms
-
-    def paced_at(self, bound: float) -> None:
-        """(`quota.byte_rate_enforcement: paced`) The quota this stat's bytes are paced at, told
-        before the first `pace`: a rate shared with other replicas then paces the others' bytes
-        it reads from the first read on (`SharedRate.set_totals`), not from its own first bytes."""
-        self._pace_bound = bound
-
-    def pace(self, size: float, bound: float, now_ms: float) -> float:
-        """(`quota.byte_rate_enforcement: paced`) Let `size` bytes in at `now_ms`: they are paid
-        for `size / bound` after the later of the paced time and `now_ms` less the credit a
-        client builds up while below its quota, at most (N-1) W of it, Kafka's first allowance
-        (a fresh window of Kafka's Rate takes (N-1) W of quota before it throttles). After that
-        a flat-out client is let in at the quota, whatever its number of connections. A virtual
-        scheduling (GCRA) token bucket, not Kafka's Rate. Returns when the next bytes may come
-        at the earliest (SharedRate: later, if the others send meanwhile)."""
-        self._pace_bound = bound
-        start = self._admit_at
-        floor = now_ms - self._pace_credit_ms()
-        if start < floor:
-            start = floor
-        paid = size * 1000.0 / bound
-        part = self._pace_part()
-        if part == 1.0:
-            self._admit_at = start + paid
-            return self._admit_at
-        # Shared with other replicas, its own bytes are paced at its part of the quota until the
-        # next read shows the others' (SharedRate.set_totals). The client is told (and muted
-        # for) its turn by that guess less the credit, so that it is back in time for the turn
-        # when the others sent less; the pace holds it until then. (Muted for the whole guess,
-        # 10 replicas of one 1 MB producer each got 0.93 of the quota in bench.many_connections_sim;
-        # for its own bytes alone, they all waited for each turn and took it together: 1.36x.)
-        self._admit_at = start + paid / part
-        return max(start + paid, self._admit_at - self._pace_credit_ms())
-
-    def _pace_credit_ms(self) -> float:
-        return float(self._min_full * self._window)
-
-    def _pace_part(self) -> float:
-        """The part of the quota this stat's own bytes are paced at: all of it (see SharedRate)."""
-        return 1.0
 
     def measure(self, now_ms: float) -> float:
         """The rate per second at `now_ms` (Rate.measure): purge, sum, divide by the window."""

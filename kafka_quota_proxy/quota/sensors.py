@@ -1,5 +1,7 @@
 """Where measurements live: a key (("Produce", user tag, client-id tag), ("ip", address), ...)
-mapped to a `Rate` or `TokenBucket`, expiring like Kafka's sensors and capped in number.
+mapped to a `Rate` or `TokenBucket`, expiring like Kafka's sensors and capped in number. A Rate
+paced by the proxy holds its `Pacer` beside it, as a Kafka Sensor holds several stats
+(`SensorHandle.pacer`).
 
 The managers only talk to the `Sensors` protocol, so the store can later be shared between proxy
 replicas; `LocalSensors` is the in-process one.
@@ -11,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Protocol, TypeVar
 
+from kafka_quota_proxy.quota.pacer import Pacer
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
 
@@ -34,6 +37,10 @@ class Sensors(Protocol):
 
     def get(self, key: Hashable, now_ms: float) -> object | None:
         """The live stat for `key` without touching it (for metrics), or None."""
+        ...
+
+    def found(self, key: Hashable, now_ms: float) -> SensorHandle | None:
+        """`get`, as the entry's handle (its stat and what is kept beside it)."""
         ...
 
     def handle(self, key: Hashable, now_ms: float, factory: Callable[[], S]) -> SensorHandle | None:
@@ -67,6 +74,10 @@ class StatFactory(Protocol):
 
     def bucket(self, key: Hashable, rate_per_s: float) -> TokenBucket: ...
 
+    def pacer(self, rate: Rate) -> Pacer:
+        """The pacer of a rate this factory made, for the proxy's pacing of its bytes."""
+        ...
+
 
 class LocalStats:
     """`StatFactory` of this process alone."""
@@ -82,19 +93,24 @@ class LocalStats:
     def bucket(self, key: Hashable, rate_per_s: float) -> TokenBucket:
         return TokenBucket(rate_per_s, self.config)
 
+    def pacer(self, rate: Rate) -> Pacer:
+        return Pacer(rate.config)
+
 
 class SensorHandle:
     """One entry of a sensor store, kept by a caller that records into it again and again (a
     client connection): `touch` it instead of looking its key up. `live` turns False when the
-    store drops the entry."""
+    store drops the entry. `pacer`: the proxy's pacing of the stat's bytes, beside Kafka's stat,
+    made by a quota manager the first time it paces them (None until then)."""
 
-    __slots__ = ("key", "stat", "last_ms", "live")
+    __slots__ = ("key", "stat", "last_ms", "live", "pacer")
 
     def __init__(self, key: Hashable, stat: object, last_ms: float) -> None:
         self.key = key
         self.stat = stat
         self.last_ms = last_ms
         self.live = True
+        self.pacer: Pacer | None = None
 
 
 class LocalSensors:
@@ -161,13 +177,17 @@ class LocalSensors:
         return self.get_or_create(key, now_ms, lambda: Rate(self.config))
 
     def get(self, key: Hashable, now_ms: float) -> object | None:
+        entry = self.found(key, now_ms)
+        return None if entry is None else entry.stat
+
+    def found(self, key: Hashable, now_ms: float) -> SensorHandle | None:
         entry = self._entries.get(key)
         if entry is None:
             return None
         if now_ms - entry.last_ms > self.expiry_ms:
             self._drop(key)
             return None
-        return entry.stat
+        return entry
 
     def remove(self, key: Hashable) -> None:
         self._drop(key)

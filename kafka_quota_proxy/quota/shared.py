@@ -25,11 +25,13 @@ import math
 import random
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypeVar
+from typing import Literal, Protocol, TypeVar, cast
 
 from kafka_quota_proxy.quota.aligned import Degraded, StoreClock
+from kafka_quota_proxy.quota.pacer import Pacer
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.shared_fetch import SharedBucket, SharedFetchRate, SharedPresence
+from kafka_quota_proxy.quota.shared_pacer import SharedPacer
 from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.token_bucket import TokenBucket
 from kafka_quota_proxy.quota.turns import Turns
@@ -84,7 +86,8 @@ class SharedQuotas:
         self.read_ms = -math.inf  # the `now_ms` of the last read
         self.rng = random.Random()  # a fetch's chance of its part of the headroom (judge_fetch)
         # The paced quotas' turns, where the store keeps a queue of them (quota/turns.py): set by
-        # a sync whose store does; None, each replica takes its chance of a turn (admit_wait_ms).
+        # a sync whose store does; None, each replica takes its chance of a turn
+        # (SharedPacer.admit_wait_ms).
         self.turns: Turns | None = None
 
     # -- made by the quota managers' sensor stores --------------------------------------------------
@@ -276,6 +279,9 @@ class ScopedShared:
 
     def bucket(self, key: Hashable, rate_per_s: float) -> TokenBucket:
         return self.shared.bucket(sensor_key_text(self.kind, self.scope, key), rate_per_s)
+
+    def pacer(self, rate: Rate) -> Pacer:
+        return SharedPacer.of(cast(SharedRate, rate))  # `rate` made it: always a SharedRate
 
 
 class Uncounts(Protocol):

@@ -4,7 +4,7 @@ store's reads (`Owed`). Pure: no I/O, no clock of its own."""
 
 from __future__ import annotations
 
-import math
+from typing import Protocol
 
 from kafka_quota_proxy.quota.aligned import SLOTS, AlignedCounts, Home
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
@@ -44,6 +44,13 @@ class Owed:
                 f"per_byte_ms={self.per_byte_ms:.3g}, reads={self.reads}, missed={self.missed:.0f})")
 
 
+class ReadPacer(Protocol):
+    """What a `SharedRate` tells its pacer (`shared_pacer.SharedPacer`): the store's reads, which
+    make its pace again from the fleet's bytes."""
+
+    def read(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None: ...
+
+
 OWED_PENDING = 4096  # a stat's requests still to settle, at most (the oldest are let go)
 # A stat's first reads, which may not yet show what the others recorded before it began: each
 # writes at its own sync, up to a sync interval later. A request made meanwhile owes for the
@@ -58,7 +65,7 @@ class SharedRate(AlignedCounts, Rate):
     `others_rate`. Nothing here blocks or awaits.
     """
 
-    __slots__ = SLOTS + ("owes", "settles", "reads", "pending")
+    __slots__ = SLOTS + ("owes", "settles", "reads", "pending", "pacer")
 
     first_bytes_span = True  # AlignedCounts.first_bytes_span
 
@@ -71,6 +78,9 @@ class SharedRate(AlignedCounts, Rate):
         self.settles = False  # owed lately, Kafka's mode: the others' bytes are not predicted
         self.reads = 0
         self.pending: list[Owed] = []  # requests the next two reads settle
+        # `quota.byte_rate_enforcement: paced`: the pacer of this rate's bytes, kept here for as
+        # long as the rate (a sensor made again finds it), since the reads re-make its pace.
+        self.pacer: ReadPacer | None = None
 
     def owe(self, now_ms: float, bound: float) -> tuple[float, Owed | None]:
         """Kafka's mode, with the quota shared: a request was just recorded. Returns its rate
@@ -228,101 +238,15 @@ class SharedRate(AlignedCounts, Rate):
             return known, 0
         return known, home.until_next_read_ms(now_ms)
 
-    def quota_share(self) -> float:
-        """This replica's part of the fleet's bytes lately (`part`), or an even part of the live
-        replicas' before the first read, or the degraded share: paced at that part of the quota,
-        replicas pacing the same client at once add up to the quota, not N times it."""
-        degraded = self.degraded
-        if degraded is not None:
-            return degraded.share
-        if self.part > 0:
-            return self.part
-        return 1.0 / max(1, self.home.live_replicas)
-
-    def _pace_credit_ms(self) -> float:
-        # Every replica's clients may find the fleet idle at once: each takes its part of the
-        # credit, so that together they take Kafka's first allowance once, not once each.
-        return Rate._pace_credit_ms(self) / max(1, self.home.live_replicas)
-
-    def _pace_part(self) -> float:
-        # Until the next read, the others are taken to go on as they lately did, `ratio` bytes for
-        # each of this replica's (as for Kafka's rate, `others_rate`): this replica's own bytes
-        # are paced at its part of the quota, and the read puts the others' real bytes in place
-        # of that guess (`set_totals`). Where the store keeps turns, at the whole quota: the
-        # others wait for their turn (quota/turns.py). While the store is out of reach, at its
-        # share of it.
-        degraded = self.degraded
-        if degraded is not None:
-            return degraded.share
-        return 1.0 if self.home.turns is not None else 1.0 / (1.0 + self.ratio)
-
-    def admit_wait_ms(self, now_ms: float) -> float:
-        wait = self._admit_at - now_ms
-        home = self.home
-        turns = home.turns
-        if turns is not None and self.degraded is None:
-            # The store keeps turns (quota/turns.py): due, the client goes when this replica's
-            # claim heads the queue, else at a read. Its stat is read again if it was let go for
-            # being idle while its client was muted, so that it learns the others' bytes.
-            if not self.listed:
-                home.relist(self)
-            if wait <= 0 and self.key not in turns.heads:
-                wait = home.until_next_read_ms(now_ms)
-            turns.wait(self.key, now_ms + wait)
-            return wait
-        ratio = self.ratio
-        if wait > 0 or not ratio or self.degraded is not None:
-            return wait
-        # Due, and the others' clients are taken to be due too: each replica would let one
-        # request in before it sees the others' at the next read, all at once (10 replicas of a
-        # 1 MB producer each took turns in step, 11 s windows of 1.65-1.8x). So one of them,
-        # on average, goes now: each with the chance of its part, the others at the next read.
-        if self.home.rng.random() < 1.0 / (1.0 + ratio):
-            return wait
-        return self.home.until_next_read_ms(now_ms)
-
-    def pace(self, size: float, bound: float, now_ms: float) -> float:
-        self.settles = False  # paced now: the pace counts the others' bytes (`set_totals`)
-        turns = self.home.turns
-        if turns is None or self.degraded is not None:
-            return Rate.pace(self, size, bound, now_ms)
-        at = Rate.pace(self, size, bound, now_ms)
-        # Paced at the whole quota (`_pace_part`): these bytes were paid for from `at - paid`.
-        turns.paid(self.key, at - size * 1000.0 / bound, at)
-        return at
-
     def set_totals(self, totals: dict[int, int], sample_floor: int, now_ms: float) -> None:
         if self.settles and self.degraded is None:
             self._reveal(totals, sample_floor, now_ms)
             return
-        bound = self._pace_bound
-        if bound is None or self.degraded is not None:
+        pacer = self.pacer
+        if pacer is None or self.degraded is not None:
             AlignedCounts.set_totals(self, totals, sample_floor, now_ms)
             return
-        first = self.part < 0  # never read: `totals` holds every retained sample
-        own = self.since_read
-        # The others' bytes `pace` took them to add meanwhile: none where the store keeps turns
-        # (the others wait for theirs).
-        guessed = 0.0 if self.home.turns is not None else self.ratio * own
-        grew = self._read_growth(totals, sample_floor, now_ms)
-        # The pace is made again from the read on: the others' new bytes in place of the guess,
-        # each sample's paced as let in when the sample ended (or now, if later), then this
-        # replica's own bytes since the last read. Every replica's pace then counts the fleet's
-        # bytes. Read for the first time, the others' past samples are paced from the oldest,
-        # so what is older than the credit is paid for by the time that passed.
-        credit = self._pace_credit_ms()
-        w, offset = self._aligned_window, self.clock.offset_ms
-        at = -math.inf if first else self._admit_at - (own + guessed) * 1000.0 / bound
-        for s in sorted(totals):
-            new = grew[s]
-            if new > 0:
-                floor = min(now_ms, (s + 1) * w - offset) - credit
-                if at < floor:
-                    at = floor
-                at += new * 1000.0 / bound
-        if own:
-            at = max(at, now_ms - credit) + own * 1000.0 / bound
-        self._admit_at = at
+        pacer.read(totals, sample_floor, now_ms)  # the others' bytes, and the pace made again
 
     def measure(self, now_ms: float) -> float:
         own = Rate.measure(self, now_ms)

@@ -316,13 +316,3 @@ def test_token_bucket_refills_at_the_new_rate_after_a_quota_change() -> None:
     tk.rate_per_s = 20  # Kafka updates the live sensor's quota
     assert tk.tokens(1000) == -30.0
     assert tk.burst == 200.0
-
-
-def test_pace_spaces_deliveries_at_the_quota_from_the_last_paced_time() -> None:
-    r = Rate(MetricConfig(samples=11, window_ms=1000))
-    assert r.quota_share() == 1.0
-    assert r.pace_ms(500, 1000.0, 10_000) == 500  # 500 B at 1000 B/s
-    assert r.pace_ms(500, 1000.0, 10_100) == 900  # spaced after the first: paced until 11,000
-    assert r.pace_ms(250, 1000.0, 11_999) == 250 - 999  # up to W late: still from 11,000
-    assert r.pace_ms(250, 1000.0, 12_250) == 250  # a whole W after 11,250: starts anew
-    assert r.pace_ms(2000, 4000.0, 12_400) == 100 + 500  # at the bound given, 4000 B/s

@@ -23,6 +23,7 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
 from kafka_quota_proxy.quota.shared import ScopedShared, SharedQuotas, bucket_of, sensor_key_text
 from kafka_quota_proxy.quota.shared_fetch import SharedFetchRate
+from kafka_quota_proxy.quota.shared_pacer import SharedPacer
 from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
 from kafka_quota_proxy.quota.topics import Leadership, TopicQuotaManager
@@ -635,11 +636,12 @@ def test_the_engine_shares_topic_quotas_in_scopes_broker_and_cluster_not_proxy(s
 
 
 def test_replicas_pace_a_delivery_over_quota_at_their_part_of_it() -> None:
-    """`pace_ms` spaces a replica's deliveries at its part of the quota (its part of the fleet's
-    bytes lately), so that replicas pacing the same client add up to the quota, not N times it;
-    before its first read, an even part of the live replicas'; degraded, its degraded share."""
+    """`SharedPacer.pace_ms` spaces a replica's deliveries at its part of the quota (its part of
+    the fleet's bytes lately), so that replicas pacing the same client add up to the quota, not N
+    times it; before its first read, an even part of the live replicas'; degraded, its degraded
+    share."""
     fleet = _run_replicas([750.0, 250.0], seconds=30)
-    hot, cold = fleet[0].rate(KEY), fleet[1].rate(KEY)
+    hot, cold = SharedPacer.of(fleet[0].rate(KEY)), SharedPacer.of(fleet[1].rate(KEY))
     assert hot.quota_share() == pytest.approx(0.75, abs=0.01)
     assert cold.quota_share() == pytest.approx(0.25, abs=0.01)
     now = 30_000.0
@@ -647,7 +649,7 @@ def test_replicas_pace_a_delivery_over_quota_at_their_part_of_it() -> None:
     assert cold.pace_ms(100, 1000.0, now) == pytest.approx(100 / (1000.0 * cold.quota_share()) * 1000)
     fresh = SharedQuotas(CONFIG, clock=StoreClock())
     fresh.live_replicas = 4
-    assert fresh.rate(KEY).quota_share() == 0.25
+    assert SharedPacer.of(fresh.rate(KEY)).quota_share() == 0.25
     fleet[0].live_replicas = 2
     fleet[0].degrade(now, "closed")
     assert hot.quota_share() == 0.5

@@ -1,6 +1,7 @@
 """Turns on a paced quota shared by a fleet (quota/turns.py): the claims a replica makes and
-gives up, and what a `SharedRate` does with the store's queue as read. Fake clock throughout;
-the store's answers are given by hand (`Turns.answered`), as the sync hands them over."""
+gives up, and what a `SharedPacer` (and a `SharedFetchRate`) does with the store's queue as read.
+Fake clock throughout; the store's answers are given by hand (`Turns.answered`), as the sync
+hands them over."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
 from kafka_quota_proxy.quota.shared import ScopedShared, SharedQuotas, sensor_key_text
 from kafka_quota_proxy.quota.shared_fetch import SharedFetchRate
+from kafka_quota_proxy.quota.shared_pacer import SharedPacer
+from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
 from kafka_quota_proxy.quota.turns import GRACE_READS, TURN_READS, Turns
 from tests.quota.test_shared import Sums
@@ -94,12 +97,12 @@ def _replica(replicas: int = 3) -> SharedQuotas:
 
 def test_a_due_replica_goes_when_its_claim_heads_the_queue_else_at_the_next_read() -> None:
     quotas = _replica()
-    rate = quotas.rate(KEY)
-    rate.paced_at(1000.0)
-    assert rate.admit_wait_ms(10_000) == 60  # due, not yet at the head: at the next read
+    pacer = SharedPacer.of(quotas.rate(KEY))
+    pacer.paced_at(1000.0)
+    assert pacer.admit_wait_ms(10_000) == 60  # due, not yet at the head: at the next read
     assert quotas.turns is not None and quotas.turns.claims(10_000) == ([], [KEY])
     quotas.turns.answered({KEY}, {KEY})
-    assert rate.admit_wait_ms(10_000) < 0  # at the head: now
+    assert pacer.admit_wait_ms(10_000) < 0  # at the head: now
 
 
 def test_the_head_paces_its_bytes_at_the_whole_quota() -> None:
@@ -112,7 +115,7 @@ def test_the_head_paces_its_bytes_at_the_whole_quota() -> None:
     quotas.turns.answered({KEY}, set())
     rate.record(1000, 20_000)
     # From 20,000 less its part of the credit, (N-1) W / 3: paid 1 s later.
-    assert rate.pace(1000, 1000.0, 20_000) == 20_000 - 10_000 / 3 + 1000
+    assert SharedPacer.of(rate).pace(1000, 1000.0, 20_000) == 20_000 - 10_000 / 3 + 1000
 
 
 def test_a_replica_told_its_quota_paces_the_others_bytes_before_its_own_first_pace() -> None:
@@ -121,18 +124,19 @@ def test_a_replica_told_its_quota_paces_the_others_bytes_before_its_own_first_pa
     and let its client in as if the fleet had sent nothing."""
     a, b, c = _replica(2), _replica(2), _replica(2)
     sums = Sums()
-    ra, rb, rc = a.rate(KEY), b.rate(KEY), c.rate(KEY)
+    ra = a.rate(KEY)
+    pa, pb, pc = SharedPacer.of(ra), SharedPacer.of(b.rate(KEY)), SharedPacer.of(c.rate(KEY))
     ra.record(2000, 20_000)
-    ra.pace(2000, 1000.0, 20_000)
+    pa.pace(2000, 1000.0, 20_000)
     sums.sync(a, "a", 20_050)
-    rb.paced_at(1000.0)
-    rb.admit_wait_ms(20_100)  # the clients wait: their stats are read at the next sync
-    rc.admit_wait_ms(20_100)
+    pb.paced_at(1000.0)
+    pb.admit_wait_ms(20_100)  # the clients wait: their stats are read at the next sync
+    pc.admit_wait_ms(20_100)
     sums.sync(b, "b", 20_100)
     sums.sync(c, "c", 20_100)
     # a's 2000 B paced from the read less b's credit, (N-1) W / 2: 20,100 - 5000 + 2000.
-    assert rb.paced_wait_ms(20_100) == 17_100 - 20_100
-    assert rc.paced_wait_ms(20_100) == float("-inf")
+    assert pb.paced_wait_ms(20_100) == 17_100 - 20_100
+    assert pc.paced_wait_ms(20_100) == float("-inf")
 
 
 def test_a_stat_let_go_while_its_client_was_muted_is_read_again_when_the_client_waits() -> None:
@@ -143,15 +147,15 @@ def test_a_stat_let_go_while_its_client_was_muted_is_read_again_when_the_client_
     for t in (10_000, 30_000, 40_000):  # idle for longer than the retained samples: let go
         sums.sync(quotas, "r", t)
     assert not rate.listed and len(quotas) == 0
-    rate.admit_wait_ms(40_000)
+    SharedPacer.of(rate).admit_wait_ms(40_000)
     assert rate.listed and len(quotas) == 1
 
 
 def test_a_degraded_replica_does_not_wait_for_a_turn() -> None:
     quotas = _replica()
-    rate = quotas.rate(KEY)
+    pacer = SharedPacer.of(quotas.rate(KEY))
     quotas.degrade(0.0, "closed")
-    assert rate.admit_wait_ms(10_000) < 0
+    assert pacer.admit_wait_ms(10_000) < 0
     assert quotas.turns is not None and len(quotas.turns) == 0
 
 
@@ -178,6 +182,9 @@ class _Stats:
 
     def rate(self, key: object) -> object:
         return self.quotas.rate(sensor_key_text("consume", "cluster", key))
+
+    def pacer(self, rate: SharedRate) -> SharedPacer:
+        return SharedPacer.of(rate)
 
 
 # -- Kafka's rule on a fleet: fetches take turns -----------------------------------------------------

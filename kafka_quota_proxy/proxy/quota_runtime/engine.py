@@ -49,7 +49,7 @@ class Switches:
     exempting: bool  # exempt principals or client-ids are listed
     topic_produce: bool  # some topic's producer_byte_rate has ever been configured
     topic_fetch: bool  # some topic's consumer_byte_rate has ever been configured
-    paced: bool  # quota.byte_rate_enforcement: paced (Rate.pace), not Kafka's throttle
+    paced: bool  # quota.byte_rate_enforcement: paced (Pacer.pace), not Kafka's throttle
     enforcing: bool  # mode enforce: a throttle holds the client (else it is only counted)
 
 

@@ -81,7 +81,7 @@ class QuotaCharge(RequestStage):
 
     def hold_ms(self, ctx: RequestContext) -> int:
         """`quota.byte_rate_enforcement: paced`: a Produce, Fetch or ShareFetch waits unread
-        until its quota entity's pace lets its bytes in (`Rate.pace`), whichever of the entity's
+        until its quota entity's pace lets its bytes in (`Pacer.pace`), whichever of the entity's
         connections it came on. Each connection's mute alone lets every connection of a
         throttled entity send one request more while the others are muted: with 10 producers of
         1 MB requests, 11 s windows of 1.5x in `bench.many_connections_sim`; held here, 1.05x."""

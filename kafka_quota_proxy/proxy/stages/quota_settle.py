@@ -7,7 +7,7 @@ consumer byte-rate quota with the response's size. Over either, by default (`quo
 share_fetch_throttle: deliver`) the client gets its records with the throttle and the connection
 is muted for it, the bytes staying charged, as for a Produce; over the byte rate, the throttle is
 the time the response's bytes take at the quota, each such delivery spaced after the last
-(`Rate.pace_ms`), rather than Kafka's. Kafka instead takes the bytes back
+(`Pacer.pace_ms`), rather than Kafka's. Kafka instead takes the bytes back
 and answers empty (`empty`): the records the broker acquired for that fetch stay locked until
 their lock times out, and a share consumer under a quota stalls (measured on Kafka 4.4 itself:
 0.27 of its quota, then the client gave up).

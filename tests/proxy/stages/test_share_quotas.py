@@ -49,7 +49,7 @@ def partitions(response: Any) -> list[int]:
 def test_share_fetch_over_quota_is_delivered_charged_and_muted_by_default(version: int) -> None:
     """Not Kafka's empty answer: its records are the consumer's now (the broker acquired them for
     it), so they are delivered, stay charged, and the connection is muted for the time their
-    bytes take at the quota (`Rate.pace_ms`): 2000 B at 100,000 B/s, 20 ms, where Kafka's
+    bytes take at the quota (`Pacer.pace_ms`): 2000 B at 100,000 B/s, 20 ms, where Kafka's
     throttle would be 10 ms."""
     script = Script()
 
