@@ -14,6 +14,7 @@ from typing import Any
 from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.config.validators import boolean, file_path, mapping, names, one_of, whole_number
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import KEY_NAMES, key_named
 
 SCOPES = ("broker", "proxy", "cluster")
 MODES = ("enforce", "observe", "off")
@@ -190,11 +191,10 @@ def parse_quota_list(raw: Any) -> list[QuotaEntry]:
                     raise ConfigError(f"{where}.{key}", f"expected a name or {DEFAULT}, got {value!r}")
                 names[ENTITY_KEYS[key]] = str(value)
                 continue
-            try:
-                quota_key = QuotaKey(key)
-            except ValueError:
-                known = ", ".join([*ENTITY_KEYS, *(k.value for k in QuotaKey)])
-                raise ConfigError(f"{where}.{key}", f"unknown key (known: {known})") from None
+            quota_key = key_named(key)
+            if quota_key is None:
+                known = ", ".join([*ENTITY_KEYS, *KEY_NAMES])
+                raise ConfigError(f"{where}.{key}", f"unknown key (known: {known})")
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{where}.{key}", f"expected a number, got {value!r}")
             values[quota_key] = float(value)

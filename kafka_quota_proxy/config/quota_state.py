@@ -19,6 +19,7 @@ from kafka_quota_proxy.config.atomic_file import write_atomically
 from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.config.loading import MISSING, load_document
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import key_named
 
 STATE_KEY = "quota_state"
 STATE_VERSION = 1
@@ -207,10 +208,10 @@ def _decode_removed(raw: Any, where: str) -> set[QuotaKey]:
 
 
 def _decode_key(name: Any, where: str) -> QuotaKey:
-    try:
-        return QuotaKey(name)
-    except ValueError:
-        raise _Invalid(f"{where}: unknown quota key {name!r}") from None
+    key = key_named(name)
+    if key is None:
+        raise _Invalid(f"{where}: unknown quota key {name!r}")
+    return key
 
 
 # ---- the same layer in a shared store: one field per (entity, key) ----

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
 from kafka_quota_proxy.quota.entities import DEFAULT, ENTITY_TYPES, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.kinds import KINDS, USER_ONLY_KEYS, WHOLE_NUMBER_KEYS, keys_for
+from kafka_quota_proxy.quota.kinds import KINDS, USER_ONLY_KEYS, WHOLE_NUMBER_KEYS, key_named, keys_for
 
 # Kafka error codes used by these two APIs.
 NONE = 0
@@ -368,7 +368,4 @@ def validate_value(key: QuotaKey, value: float) -> None:
 
 
 def _quota_key(name: str) -> QuotaKey | None:
-    try:
-        return QuotaKey(name)
-    except ValueError:
-        return None
+    return key_named(name)

@@ -56,15 +56,17 @@ KINDS: tuple[QuotaKind, ...] = (
     QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation",  # KIP-599
               usage_counter="partitions_mutated", measure="mutations", unit="partitions/s",
               title="Partition mutations/s"),
+    # KIP-612: new connections per second per client address
+    QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
+              value_type="INT"),
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, per user
     QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True,
               usage_counter="new_producer_ids", measure="producer_ids", unit="ids/s",
               title="New producer ids/s"),
-    # KIP-612: new connections per second per client address
-    QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
-              value_type="INT"),
 )
 KIND: dict[QuotaKey, QuotaKind] = {kind.key: kind for kind in KINDS}
+KEY_NAMES = tuple(kind.key.value for kind in KINDS)  # as the config file and kafka-configs spell them
+_NAMED: dict[str, QuotaKind] = {kind.key.value: kind for kind in KINDS}
 assert KIND.keys() == set(QuotaKey), "every quota key is one kind"
 
 WHOLE_NUMBER_KEYS = frozenset(k.key for k in KINDS if k.whole_number)
@@ -90,6 +92,13 @@ def keys_for(entity: QuotaEntity) -> frozenset[QuotaKey]:
     if entity.client_id is None:
         return CLIENT_KEYS | USER_ONLY_KEYS
     return CLIENT_KEYS
+
+
+def key_named(name: object) -> QuotaKey | None:
+    """The quota key spelled `name` (as kafka-configs and the YAML file spell it), or None for a
+    name no kind has."""
+    kind = _NAMED.get(name) if isinstance(name, str) else None
+    return None if kind is None else kind.key
 
 
 def throttle_type(key: QuotaKey) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 
 from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp, entity_from_wire
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import key_named
 
 log = logging.getLogger("kafka_quota_proxy.audit")
 
@@ -65,10 +66,8 @@ class QuotaAudit:
             except QuotaRequestError:
                 old = {}
             for key, value, remove in ops:
-                try:
-                    was = old.get(QuotaKey(key))
-                except ValueError:
-                    was = None
+                known = key_named(key)
+                was = None if known is None else old.get(known)
                 self.record(API, REFUSED if code else done, principal, address, wire_entity(entity), key,
                             was, None if remove else value, message if code else None)
 
