@@ -53,13 +53,9 @@ class Switches:
     enforcing: bool  # mode enforce: a throttle holds the client (else it is only counted)
 
 
-@dataclass(slots=True)
-class Charging:
-    """What a quota stage needs to charge one request, from one call (`QuotaEngine.charging`):
-    the switches and the engine's time."""
-
-    switches: Switches
-    now: int  # the engine's clock, ms
+# What a quota stage needs to charge one request, from one call (`QuotaEngine.charging`): the
+# switches and the engine's time (ms). A plain tuple: one is made for every charged request.
+Charging = tuple[Switches, int]
 
 
 class ThrottleListener(Protocol):
@@ -231,12 +227,12 @@ class QuotaEngine:
         switches = self.switches()
         if not switches.charging or (switches.exempting and self.exempt(principal, client_id)):
             return None
-        return Charging(switches, self.clock())
+        return switches, self.clock()
 
     def settling(self) -> Charging:
         """The switches and the time to settle the response of a request charged earlier, in one
         call, whatever has changed since."""
-        return Charging(self.switches(), self.clock())
+        return self.switches(), self.clock()
 
     def throttled(self, quota_type: str, user: str, client_id: str, throttle_ms: int, now_ms: int,
                   per_user: bool = False) -> bool:

@@ -98,6 +98,7 @@ class QuotaCharge(RequestStage):
         charging = engine.charging(user, client_id)
         if charging is None:
             return 0
+        now = charging[1]
         key = header.api_key
         if key == FETCH:
             try:
@@ -107,7 +108,7 @@ class QuotaCharge(RequestStage):
                 return 0  # for the stages to refuse (ApiVersionsGate, WellFormed)
         q = managers(ctx)
         manager = q.produce if key == PRODUCE else q.fetch
-        return manager.paced_wait_ms(user, client_id, charging.now, conn.charge_handles, admit=True)
+        return manager.paced_wait_ms(user, client_id, now, conn.charge_handles, admit=True)
 
     def _owed_ms(self, ctx: RequestContext) -> int:
         """Kafka's enforcement, the quota shared with other replicas: a Produce waits unread
@@ -120,7 +121,7 @@ class QuotaCharge(RequestStage):
         charging = self.engine.charging(conn.principal, ctx.header.client_id or "")
         if charging is None:
             return 0
-        return managers(ctx).produce.owed_wait_ms(conn.charge_handles, charging.now)
+        return managers(ctx).produce.owed_wait_ms(conn.charge_handles, charging[1])
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
@@ -129,7 +130,7 @@ class QuotaCharge(RequestStage):
         charging = engine.charging(user, client_id)
         if charging is None:
             return None
-        switches, now = charging.switches, charging.now
+        switches, now = charging
         q = managers(ctx)
         key = header.api_key
         if key == FETCH:

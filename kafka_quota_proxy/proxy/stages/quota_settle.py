@@ -63,8 +63,7 @@ class QuotaSettle(ResponseStage):
         """`body` is the response body, or at least its start (a streamed Fetch)."""
         engine, q = self.engine, _charged_to(ctx)
         user, client_id = client_of(ctx)
-        settling = engine.settling()
-        switches, now = settling.switches, settling.now
+        switches, now = engine.settling()
         key = ctx.api_key
         request_throttle = 0
         if key not in REQUEST_QUOTA_EXEMPT and switches.request_quotas:

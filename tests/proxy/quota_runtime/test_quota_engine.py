@@ -32,8 +32,9 @@ def test_a_request_is_charged_with_the_switches_and_the_time_in_one_call() -> No
     now[0] = 7_000
     charging = e.charging("alice", "c")
     assert charging is not None
-    assert charging.now == 7_000 and charging.switches.charging and charging.switches.enforcing
-    assert e.settling().now == 7_000
+    switches, now = charging
+    assert now == 7_000 and switches.charging and switches.enforcing
+    assert e.settling() == (switches, 7_000)
 
 
 def test_nothing_is_charged_before_any_quota_in_mode_off_or_for_the_exempt() -> None:
@@ -44,7 +45,7 @@ def test_nothing_is_charged_before_any_quota_in_mode_off_or_for_the_exempt() -> 
     assert exempt.charging("alice", "probe") is None
     assert exempt.charging("alice", "c") is not None
     observing = engine(mode="observe")[0].charging("alice", "c")
-    assert observing is not None and not observing.switches.enforcing
+    assert observing is not None and not observing[0].enforcing
 
 
 def test_a_throttle_is_counted_and_told_to_the_usage_log_and_held_only_when_enforcing() -> None:
