@@ -243,7 +243,7 @@ class QuotaEngine:
                            throttle_ms, now_ms)
         if self.usage is not None:
             self.usage.throttled(user, client_id, quota_type, throttle_ms)
-        return self.settings.mode == "enforce"
+        return self.enforcing
 
     def exempt(self, principal: str, client_id: str | None) -> bool:
         s = self.settings
