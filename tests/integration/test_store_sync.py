@@ -151,8 +151,14 @@ def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: Val
         a.engine.scope("x").producer_ids.charge("alice", [7, 8], clock[0])
         b.engine.scope("x").producer_ids.charge("alice", [8, 9], clock[0])
         control_a.alter([([("user", "bob")], [("producer_byte_rate", 2048.0, False)])], False)
+        # b writes before a first reads: a stat's first read takes every retained sample, later
+        # ones only the current sample (and the one before, early in it). The clock here stands
+        # still while the store's runs on, so each heartbeat moves the offset, and with it the
+        # current sample, by the real time spent: with a's first read before b's write, a delay
+        # of a second or two (CI on 3a5a41e, loaded; a 2.2 s sleep here reproduced it) moved a's
+        # later reads past the sample of b's bytes, and a saw none.
         for _ in range(3):
-            assert await a.sync.sync_once() and await b.sync.sync_once()
+            assert await b.sync.sync_once() and await a.sync.sync_once()
         now = clock[0] + 1
         seen = [cast(SharedRate, a.engine.scope("x").produce.sensors.get(("Produce", user, ""), now))
                 for user in tenants]
