@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from bench.fidelity_reading import Outcome, client_metrics, throttles
+from bench.fidelity_reading import Outcome, client_metrics, responses, throttles
 from bench.many_connections import CLIENT_ID, read, throttle_cb
 from devkit.kafka_jvm import QUIET_LOG4J2, java_command, lib_dir
 from devkit.producing import Timeline, produce
@@ -22,12 +22,13 @@ TRACE_NETWORK_LOG4J2 = QUIET_LOG4J2 + (
     "logger.network.level = TRACE\n")
 
 
-def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome,
+def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome, api: str,
               print_metrics: bool = True) -> str:
     """One of Kafka's perf tools (`tool`: its class in org.apache.kafka.tools, or a Java source
     file on Kafka's jars) with `args`, its NetworkClient logging to standard error at TRACE: its
-    throttled responses and (`print_metrics`, a perf tool's) its throttle metrics into `out`;
-    returns its standard output, then that log."""
+    throttled responses, how many responses of `api` (the quota's: PRODUCE, FETCH, ...) it had,
+    and (`print_metrics`, a perf tool's) its throttle metrics into `out`; returns its standard
+    output, then that log."""
     main = tool if tool.endswith(".java") else f"org.apache.kafka.tools.{tool}"
     name = Path(tool).stem
     with tempfile.TemporaryDirectory(prefix="kafka-fidelity-") as scratch:
@@ -42,8 +43,10 @@ def java_tool(tool: str, args: Sequence[str], timeout: float, out: Outcome,
             out.errors.append(f"{name} ran over {timeout:.0f} s")
             text = "".join(x.decode() if isinstance(x, bytes) else (x or "") for x in (e.stdout, e.stderr))
             out.throttles = throttles(text)
+            out.responses = responses(text, api)
             return text
     out.throttles = throttles(done.stderr)
+    out.responses = responses(done.stderr, api)
     out.metrics = {k.split(":", 1)[1]: v for k, v in client_metrics(done.stdout).items()
                    if k.split(":", 1)[1] in THROTTLE_METRICS}
     if done.returncode != 0:
@@ -73,6 +76,8 @@ def rdkafka_produce(bootstrap: str, topic: str, seconds: float, start: float, ou
                     "statistics.interval.ms": 1000, "stats_cb": stats.append})
     out.throttles = told
     out.metrics.update(produce_statistics(stats, per_broker))
+    if "produce-requests" in out.metrics:  # sent: each answered (acks=1) but any timed out
+        out.responses = int(out.metrics["produce-requests"])
     for broker, ms in sorted((by_broker or {}).items()):
         out.metrics[f"throttled-{broker}"] = len(ms)
         out.metrics[f"throttle-mean-ms-{broker}"] = statistics.fmean(ms)
@@ -106,12 +111,22 @@ def rdkafka_read(bootstrap: str, topic: str, group: str, fetch: int, seconds: fl
                  out: Outcome) -> Timeline:
     """bench.many_connections' librdkafka consumer in `group` for `seconds` from `start`,
     fetching at most `fetch` bytes: the bytes of the records it read over time, and each throttle
-    it was told into `out`."""
+    it was told and (from its last statistics) the Fetch requests it sent into `out`."""
     told: list[int] = []
+    stats: list[str] = []
     timeline = Timeline()
     read(bootstrap, topic, group, start, seconds, timeline,
          config={"fetch.max.bytes": fetch, "max.partition.fetch.bytes": fetch,
                  # librdkafka wants fetch.max.bytes at least this (1,000,000 by default)
-                 "message.max.bytes": min(fetch, 1_000_000), "throttle_cb": throttle_cb(told)})
+                 "message.max.bytes": min(fetch, 1_000_000), "throttle_cb": throttle_cb(told),
+                 "statistics.interval.ms": 1000, "stats_cb": stats.append})
     out.throttles = told
+    if stats:
+        out.responses = requests_sent(stats[-1], "Fetch")
     return timeline
+
+
+def requests_sent(text: str, api: str) -> int:
+    """The requests of `api` (librdkafka's name: Produce, Fetch, ...) a librdkafka client's
+    statistics `text` say it sent to all brokers."""
+    return sum(b.get("req", {}).get(api, 0) for b in json.loads(text).get("brokers", {}).values())

@@ -109,7 +109,7 @@ def measure_mutations(path: str, broker: KafkaBroker, bootstrap: str, prefix: st
     straight at the broker by a client-id without a quota."""
     out = Outcome("java-create-topics", path, quota=MUTATIONS)
     text = java_tool(str(CREATE_TOPICS), [bootstrap, CLIENT_ID, prefix, str(PARTITIONS), str(int(seconds))],
-                     seconds * 2 + 60, out, print_metrics=False)
+                     seconds * 2 + 60, out, "CREATE_TOPICS", print_metrics=False)
     refused = [int(m.group(2)) for m in REFUSED.finditer(text)]
     out.metrics = {"refused": len(refused)}
     if refused:

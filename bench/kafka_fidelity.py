@@ -205,7 +205,8 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
         share_from_earliest(broker.bootstrap, group)
         limit = int(seconds * 2)
         text = java_tool(str(SHARE_CONSUME), [bootstrap, CLIENT_ID, group, topic, str(records),
-                                              str(limit)], timeout, out, print_metrics=False)
+                                              str(limit)], timeout, out, "SHARE_FETCH",
+                         print_metrics=False)
         # its exit 2: the time ran out first (on Kafka's broker, locked records come back late)
         late = f"not all {records} records within {limit} s"
         out.errors = [late if e.startswith("ShareConsumeLoop exited 2") else e for e in out.errors]
@@ -218,7 +219,7 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
                 "--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
                 "--group", group, "--timeout", "60000", "--fetch-size", fetch,
                 "--command-property", f"client.id={CLIENT_ID}", "--command-property",
-                f"fetch.max.bytes={fetch}"], timeout, out)
+                f"fetch.max.bytes={fetch}"], timeout, out, "FETCH")
             given = fetch_positions(log, start, case.record, wall_offset)
         else:
             given = rdkafka_read(bootstrap, topic, group, case.fetch, seconds, start, out)
@@ -230,7 +231,7 @@ def measure(name: str, path: str, broker: KafkaBroker, bootstrap: str, topic: st
             java_tool("ProducerPerformance", [
                 "--topic", topic, "--num-records", str(records), "--record-size", str(case.record),
                 "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
-                f"client.id={CLIENT_ID}"], timeout, out)
+                f"client.id={CLIENT_ID}"], timeout, out, "PRODUCE")
         else:
             rdkafka_produce(bootstrap, topic, seconds, start, out,
                             config=ONE_RECORD_EACH if case.requests else None)

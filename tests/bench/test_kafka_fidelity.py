@@ -1,9 +1,10 @@
 """bench.kafka_fidelity without Kafka: what the clients' output says (throttled responses, the
 Java tool's metrics), the rate and fullest window from the broker's end offsets, and each case's
-medians against the fidelity bounds (rate 3%, worst window 0.05x, mean throttle 15%)."""
+medians against the fidelity bounds (rate 3%, worst window 0.05x, throttle per response 15%)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.fidelity_clients import produce_statistics
+from bench.fidelity_clients import produce_statistics, requests_sent
 from bench.fidelity_reading import (
     FAILED,
     REFUSED,
@@ -21,10 +22,11 @@ from bench.fidelity_reading import (
     fetch_positions,
     judge,
     longest_gap,
+    responses,
     share_progress,
     throttles,
 )
-from bench.fidelity_table import gap, medians, write_timeline
+from bench.fidelity_table import gap, medians, rows_of, write_timeline
 from bench.fidelity_workloads import CREATE_TOPICS, MUTATIONS, PARTITIONS, SCRAM_QUOTAS, SCRAM_TENANTS
 from bench.kafka_fidelity import CASES, SHARE_CONSUME
 from bench.many_connections import QUOTA, throttle_cb
@@ -47,6 +49,39 @@ def test_each_throttled_response_the_java_client_logged_is_read_with_its_time() 
             "[2026-11-29 03:40:03,001] TRACE Connection to node 1 is throttled for 1377 ms until "
             "timestamp 1764387604378 (org.apache.kafka.clients.NetworkClient)\n")
     assert throttles(text) == [812, 0, 1377]
+
+
+def test_the_responses_of_the_quotas_api_the_java_client_logged_are_counted() -> None:
+    def received(api: str) -> str:
+        return (f"[2026-11-29 23:01:16,533] DEBUG [Producer clientId=bulk] Received {api} response "
+                "from node 1 for request with header RequestHeader(apiKey=PRODUCE, ...): "
+                "ProduceResponseData(..., throttleTimeMs=0) (org.apache.kafka.clients.NetworkClient)\n")
+    text = (received("METADATA") + received("PRODUCE") + received("PRODUCE")
+            + "[2026-11-29 23:01:16,519] DEBUG [Producer clientId=bulk] Sending PRODUCE request "
+            "with header RequestHeader(apiKey=PRODUCE, ...) (org.apache.kafka.clients.NetworkClient)\n"
+            + received("SHARE_FETCH") + received("FETCH"))
+    assert (responses(text, "PRODUCE"), responses(text, "FETCH"), responses(text, "SHARE_FETCH"),
+            responses(text, "CREATE_TOPICS")) == (2, 1, 1, 0)
+
+
+def test_the_fetch_requests_librdkafkas_statistics_count_over_its_brokers() -> None:
+    text = json.dumps({"brokers": {"a": {"nodeid": 1, "req": {"Fetch": 40, "Metadata": 2}},
+                                   "b": {"nodeid": 2, "req": {"Fetch": 2}},
+                                   "bootstrap": {"nodeid": -1, "req": {"Metadata": 1}}}})
+    assert requests_sent(text, "Fetch") == 42
+    assert requests_sent(text, "Produce") == 0
+
+
+def test_the_throttle_per_response_counts_the_unthrottled_ones_as_nothing() -> None:
+    # the same wait split two ways (perf-test at 1 KiB on Kafka's own broker, two runs in a row):
+    # the mean of the throttled responses nearly halves, the throttle per response does not
+    coarse = Outcome("java-producer-1k", "kafka", throttles=[60] * 923, responses=3700)
+    fine = Outcome("java-producer-1k", "kafka", throttles=[33] * 1674, responses=3690)
+    assert (coarse.mean_throttle, fine.mean_throttle) == (60, 33)
+    assert coarse.throttle_per_response == pytest.approx(14.968, abs=1e-3)
+    assert fine.throttle_per_response == pytest.approx(14.971, abs=1e-3)
+    assert Outcome("c", "proxy", throttles=[60]).throttle_per_response is None  # not counted
+    assert Outcome("c", "proxy", responses=10).throttle_per_response == 0.0
 
 
 def test_print_metrics_lines_by_group_and_name_the_largest_over_tag_sets() -> None:
@@ -164,6 +199,38 @@ def test_the_medians_of_each_path_and_a_gap_within_the_bounds() -> None:
         ("java-producer-1k: proxy - Kafka",
          "rate +0.9%, worst +0.010x, mean throttle +4.8%: within 3%, 0.05x, 15%"),
     ]
+
+
+def test_where_every_run_counted_its_responses_the_throttle_per_response_is_judged() -> None:
+    def run(path: str, told: list[int], answered: int) -> Outcome:
+        return Outcome("java-producer-1k", path, rate=0.987 * QUOTA, worst=0.987 * WORTH,
+                       throttles=told, responses=answered)
+    # Kafka's broker in its coarse split twice, the proxy in the fine one twice: the means of the
+    # throttled responses are 45% apart (60 and 33 ms), the throttle per response 1.3%
+    rows = medians([run("kafka", [60] * 9, 36), run("proxy", [33] * 16, 36),
+                    run("kafka", [60] * 9, 36), run("proxy", [33] * 16, 36),
+                    run("kafka", [33] * 16, 36), run("proxy", [60] * 9, 36)])
+    assert rows == [
+        ("java-producer-1k, kafka: median of 3",
+         "0.987, worst 0.987x, throttle a response 15.0 ms (rates 0.987, 0.987, 0.987)"),
+        ("java-producer-1k, proxy: median of 3",
+         "0.987, worst 0.987x, throttle a response 14.7 ms (rates 0.987, 0.987, 0.987)"),
+        ("java-producer-1k: proxy - Kafka",
+         "rate +0.0%, worst +0.000x, throttle a response -2.2%: within 3%, 0.05x, 15%"),
+    ]
+    # one run without its responses counted: every path falls back to the throttled ones' mean
+    rows = medians([run("kafka", [60] * 9, 36), run("proxy", [33] * 16, 36),
+                    dataclasses.replace(run("proxy", [33] * 16, 36), responses=None)])
+    assert rows[-1] == ("java-producer-1k: proxy - Kafka",
+                        "rate +0.0%, worst +0.000x, mean throttle -45.0%: outside 3%, 0.05x, 15%")
+
+
+def test_a_run_says_its_throttles_told_and_the_throttle_per_response() -> None:
+    out = Outcome("java-producer-1k", "proxy", rate=0.987 * QUOTA, worst=0.987 * WORTH, span=(11.8, 55.8),
+                  throttles=[60] * 9 + [30], responses=40, metrics={"produce-throttle-time-avg": 14.0})
+    assert rows_of(out)[-1] == (
+        "java-producer-1k, proxy, run 1: throttles told",
+        "10 throttled, mean 57 ms, 14.2 ms a response of 40, the tool's produce-throttle-time-avg 14")
 
 
 def test_a_gap_outside_any_bound_says_so() -> None:
