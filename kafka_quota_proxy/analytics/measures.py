@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import TENANT_KINDS, QuotaKind
+from kafka_quota_proxy.quota.kinds import QuotaKind, tenant_kinds
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +32,16 @@ def _measure(kind: QuotaKind) -> Measure:
     return Measure(kind.measure, kind.key, kind.usage_counter, kind.throttle_type, kind.unit, kind.title)
 
 
-MEASURES = tuple(_measure(kind) for kind in TENANT_KINDS)
+MEASURES = tuple(_measure(kind) for kind in tenant_kinds())
 BY_NAME = {m.name: m for m in MEASURES}
 BY_KEY = {m.key: m for m in MEASURES}
 PRODUCE, FETCH = BY_KEY[QuotaKey.PRODUCER_BYTE_RATE], BY_KEY[QuotaKey.CONSUMER_BYTE_RATE]
 REQUEST, MUTATIONS = BY_KEY[QuotaKey.REQUEST_PERCENTAGE], BY_KEY[QuotaKey.CONTROLLER_MUTATION_RATE]
 PRODUCER_IDS = BY_KEY[QuotaKey.PRODUCER_IDS_RATE]
 # The measures whose quota is set per (user, client-id); producer_ids_rate is per user only.
-CLIENT_MEASURES = tuple(BY_KEY[kind.key] for kind in TENANT_KINDS if kind.clients)
+CLIENT_MEASURES = tuple(BY_KEY[kind.key] for kind in tenant_kinds() if kind.clients)
 # The measures a topic quota limits (usage_log.topics), with the same keys as a client's.
-TOPIC_MEASURES = tuple(BY_KEY[kind.key] for kind in TENANT_KINDS if kind.topic)
+TOPIC_MEASURES = tuple(BY_KEY[kind.key] for kind in tenant_kinds() if kind.topic)
 
 
 def per_second(measure: Measure) -> float:

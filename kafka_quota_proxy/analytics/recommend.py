@@ -18,7 +18,7 @@ from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, PRODUCER_IDS, 
 from kafka_quota_proxy.analytics.readable import format_number, format_value, round_up_2sig, round_up_bytes
 from kafka_quota_proxy.identity import ANONYMOUS
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.kinds import WHOLE_NUMBER_KEYS
+from kafka_quota_proxy.quota.kinds import whole_number_keys
 
 DEFAULT_PERCENTILE = 95.0
 DEFAULT_HEADROOM = 1.5
@@ -105,7 +105,7 @@ def nearest_rank(values: Sequence[float], percentile: float) -> float:
 
 
 def readable(key: QuotaKey, value: float) -> float:
-    return float(round_up_bytes(value)) if key in WHOLE_NUMBER_KEYS else round_up_2sig(value)
+    return float(round_up_bytes(value)) if key in whole_number_keys() else round_up_2sig(value)
 
 
 def entity_mode(users: Iterable[str]) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.config.validators import boolean, file_path, mapping, names, one_of, whole_number
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.kinds import KEY_NAMES, key_named
+from kafka_quota_proxy.quota.kinds import key_named, key_names
 
 SCOPES = ("broker", "proxy", "cluster")
 MODES = ("enforce", "observe", "off")
@@ -193,7 +193,7 @@ def parse_quota_list(raw: Any) -> list[QuotaEntry]:
                 continue
             quota_key = key_named(key)
             if quota_key is None:
-                known = ", ".join([*ENTITY_KEYS, *KEY_NAMES])
+                known = ", ".join([*ENTITY_KEYS, *key_names()])
                 raise ConfigError(f"{where}.{key}", f"unknown key (known: {known})")
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"{where}.{key}", f"expected a number, got {value!r}")

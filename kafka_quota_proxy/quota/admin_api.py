@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from kafka_quota_proxy.protocol.error_codes import INVALID_REQUEST, UNSUPPORTED_VERSION
 from kafka_quota_proxy.quota.entities import DEFAULT, ENTITY_TYPES, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.kinds import KINDS, USER_ONLY_KEYS, WHOLE_NUMBER_KEYS, key_named, keys_for
+from kafka_quota_proxy.quota.kinds import key_named, keys_for, kind_of, user_only_keys
 
 # Kafka error codes used by these two APIs.
 NONE = 0
@@ -33,8 +33,6 @@ MATCH_TYPE_SPECIFIED = 2
 # names it. Kafka compares the double against the Java constant widened to double, so LONG's
 # bound is 2**63 exactly.
 _JAVA_MAX = {"LONG": (float(2**63 - 1), "a LONG"), "INT": (float(2**31 - 1), "an INT")}
-_MAX_VALUE = {kind.key: _JAVA_MAX[kind.value_type] for kind in KINDS if kind.whole_number}
-assert _MAX_VALUE.keys() == WHOLE_NUMBER_KEYS
 _FRACTION_EPSILON = 1e-6  # ClientQuotaControlManager.getErrorForIntegralQuotaValue
 
 WireEntity = Sequence[tuple[str, str | None]]
@@ -341,7 +339,7 @@ def _validate_ops(entity: QuotaEntity, ops: Sequence[WireOp]) -> list[tuple[Quot
             if key is not None and key in valid_keys:
                 alterations.append((key, None))
             continue
-        if key in USER_ONLY_KEYS and key not in valid_keys:
+        if key in user_only_keys() and key not in valid_keys:
             raise QuotaRequestError(INVALID_REQUEST, f"{key_name} applies to user entities alone "
                                                      f"(a user or the default user, no client-id)")
         if key is None or key not in valid_keys:
@@ -355,8 +353,9 @@ def validate_value(key: QuotaKey, value: float) -> None:
     """ClientQuotaControlManager.validateQuotaKeyValue, then the proxy's finiteness check."""
     if value <= 0.0:
         raise QuotaRequestError(INVALID_REQUEST, f"Quota {key.value} must be greater than 0")
-    if key in WHOLE_NUMBER_KEYS:
-        limit, java_type = _MAX_VALUE[key]
+    kind = kind_of(key)
+    if kind.whole_number:
+        limit, java_type = _JAVA_MAX[kind.value_type]
         if value > limit:
             raise QuotaRequestError(
                 INVALID_REQUEST, f"Proposed value for {key.value} is too large for {java_type}.")

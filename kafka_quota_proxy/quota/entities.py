@@ -9,23 +9,42 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from enum import StrEnum
+from typing import ClassVar
 
 DEFAULT = "<default>"  # the default entity, as Kafka's quota managers spell it
 
 
-class QuotaKey(StrEnum):
-    """A quota config key, as kafka-configs and the YAML file spell it."""
+class QuotaKey(str):
+    """A quota config key, as kafka-configs and the YAML file spell it: a string. The keys are an
+    open set: the built-in ones are named here, and quota/kinds.py declares what each key is (its
+    entities, value type, throttle type), a kind registered there adding its own."""
 
-    PRODUCER_BYTE_RATE = "producer_byte_rate"
-    CONSUMER_BYTE_RATE = "consumer_byte_rate"
-    REQUEST_PERCENTAGE = "request_percentage"
-    CONTROLLER_MUTATION_RATE = "controller_mutation_rate"
-    CONNECTION_CREATION_RATE = "connection_creation_rate"
+    __slots__ = ()
+
+    PRODUCER_BYTE_RATE: ClassVar[QuotaKey]
+    CONSUMER_BYTE_RATE: ClassVar[QuotaKey]
+    REQUEST_PERCENTAGE: ClassVar[QuotaKey]
+    CONTROLLER_MUTATION_RATE: ClassVar[QuotaKey]
+    CONNECTION_CREATION_RATE: ClassVar[QuotaKey]
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, for user entities
     # only. An extension key: only this proxy understands it.
-    PRODUCER_IDS_RATE = "producer_ids_rate"
-    # What each key is (its entities, value type, throttle type): quota/kinds.py, KINDS.
+    PRODUCER_IDS_RATE: ClassVar[QuotaKey]
+
+    @property
+    def value(self) -> str:
+        """The key as a plain string (as an enum member's value: the name it is spelled by)."""
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"QuotaKey({str.__repr__(self)})"
+
+
+QuotaKey.PRODUCER_BYTE_RATE = QuotaKey("producer_byte_rate")
+QuotaKey.CONSUMER_BYTE_RATE = QuotaKey("consumer_byte_rate")
+QuotaKey.REQUEST_PERCENTAGE = QuotaKey("request_percentage")
+QuotaKey.CONTROLLER_MUTATION_RATE = QuotaKey("controller_mutation_rate")
+QuotaKey.CONNECTION_CREATION_RATE = QuotaKey("connection_creation_rate")
+QuotaKey.PRODUCER_IDS_RATE = QuotaKey("producer_ids_rate")
 
 
 ENTITY_TYPES = ("user", "client-id", "ip", "topic")  # Kafka's words, in the order entities print

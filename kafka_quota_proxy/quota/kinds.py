@@ -1,15 +1,19 @@
 """The quota kinds, each declared once: its config key, the entities that may carry it, its value
 type, whether Apache Kafka knows it, and the name its throttles are counted under (the metrics'
-and the usage log's `quota_type`). Every list of keys by entity, the whole-number keys, the
-extension keys and the usage log's throttle types and quota keys are derived from KINDS here.
+and the usage log's `quota_type`). Every list of keys by entity, the whole-number keys and the
+extension keys are derived here from the kinds known: the built-in ones (BUILT_IN) and any
+registered since (`register`), so a registered kind's key is configured, validated and described
+through the admin API as a built-in one is.
 
 Kafka is the model: one QuotaType enum (ClientQuotaManager's QuotaType) names each kind, its
-config key and its sensor's name. The managers, the metrics and the admin API still name the
+config key and its sensor's name. The managers, the metrics and the usage log still name the
 kinds they serve themselves; issue 38 moves them here step by step.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
@@ -44,7 +48,7 @@ class QuotaKind:
         return self.clients or self.user_alone
 
 
-KINDS: tuple[QuotaKind, ...] = (
+BUILT_IN: tuple[QuotaKind, ...] = (
     QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG",  # KIP-13
               usage_counter="produce_bytes", measure="produce", unit="B/s", title="Produce bytes/s"),
     QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG",  # KIP-13
@@ -64,43 +68,127 @@ KINDS: tuple[QuotaKind, ...] = (
               usage_counter="new_producer_ids", measure="producer_ids", unit="ids/s",
               title="New producer ids/s"),
 )
-KIND: dict[QuotaKey, QuotaKind] = {kind.key: kind for kind in KINDS}
-KEY_NAMES = tuple(kind.key.value for kind in KINDS)  # as the config file and kafka-configs spell them
-_NAMED: dict[str, QuotaKind] = {kind.key.value: kind for kind in KINDS}
-assert KIND.keys() == set(QuotaKey), "every quota key is one kind"
+BUILT_IN_KEYS = tuple(kind.key for kind in BUILT_IN)
 
-WHOLE_NUMBER_KEYS = frozenset(k.key for k in KINDS if k.whole_number)
-CLIENT_KEYS = frozenset(k.key for k in KINDS if k.clients)
-IP_KEYS = frozenset(k.key for k in KINDS if k.ip)
-# Keys a user entity alone (a name or <default>, no client-id) may carry, beyond CLIENT_KEYS.
-USER_ONLY_KEYS = frozenset(k.key for k in KINDS if k.user_alone and not k.clients)
-# Keys Apache Kafka does not know: set and described through the proxy only.
-EXTENSION_KEYS = frozenset(k.key for k in KINDS if k.extension)
-# A topic's write and read budget (the KIP-13 draft's "quota distribution"). The topic entity
-# type is itself an extension: Kafka brokers know no quota on it.
-TOPIC_KEYS = frozenset(k.key for k in KINDS if k.topic)
-# What the usage log keeps per tenant, in this order: each kind's throttles and its quota.
-TENANT_KINDS = tuple(k for k in KINDS if k.per_tenant)
+
+class Registry:
+    """The kinds known, and every list derived from them, made again when a kind is registered."""
+
+    def __init__(self, kinds: tuple[QuotaKind, ...]) -> None:
+        self.kinds = kinds
+        self.by_key: dict[QuotaKey, QuotaKind] = {kind.key: kind for kind in kinds}
+        if len(self.by_key) != len(kinds):
+            raise ValueError("a quota key is declared twice")
+        self.names = tuple(kind.key.value for kind in kinds)  # as the config file spells them
+        self.whole_number = frozenset(k.key for k in kinds if k.whole_number)
+        self.clients = frozenset(k.key for k in kinds if k.clients)
+        self.ip = frozenset(k.key for k in kinds if k.ip)
+        self.user_only = frozenset(k.key for k in kinds if k.user_alone and not k.clients)
+        self.extension = frozenset(k.key for k in kinds if k.extension)
+        self.topic = frozenset(k.key for k in kinds if k.topic)
+        self.tenant = tuple(k for k in kinds if k.per_tenant)
+
+
+_known = Registry(BUILT_IN)
+
+
+def register(kind: QuotaKind) -> None:
+    """Add `kind`: from now on its key is configured, validated and described as the built-in
+    ones are. ValueError if its key is taken."""
+    global _known
+    if kind.key in _known.by_key:
+        raise ValueError(f"quota key {kind.key.value} is already declared")
+    _known = Registry((*_known.kinds, kind))
+
+
+def unregister(key: QuotaKey) -> None:
+    """Take a registered kind out again (tests); the built-in kinds stay."""
+    global _known
+    if any(kind.key == key for kind in BUILT_IN):
+        raise ValueError(f"quota key {key.value} is built in")
+    _known = Registry(tuple(kind for kind in _known.kinds if kind.key != key))
+
+
+@contextmanager
+def registered(kind: QuotaKind) -> Iterator[QuotaKind]:
+    """`kind` registered for the duration of a with block."""
+    register(kind)
+    try:
+        yield kind
+    finally:
+        unregister(kind.key)
+
+
+def kinds() -> tuple[QuotaKind, ...]:
+    """Every kind, the built-in ones first in Kafka's order, then the registered ones."""
+    return _known.kinds
+
+
+def kind_of(key: QuotaKey) -> QuotaKind:
+    """What `key` is; KeyError for a key no kind declares."""
+    return _known.by_key[key]
+
+
+def key_names() -> tuple[str, ...]:
+    """Every key as the config file and kafka-configs spell it."""
+    return _known.names
+
+
+def whole_number_keys() -> frozenset[QuotaKey]:
+    """The keys Kafka takes whole numbers for (LONG and INT)."""
+    return _known.whole_number
+
+
+def client_keys() -> frozenset[QuotaKey]:
+    """The keys user and/or client-id entities may carry (Kafka's client quotas)."""
+    return _known.clients
+
+
+def ip_keys() -> frozenset[QuotaKey]:
+    return _known.ip
+
+
+def user_only_keys() -> frozenset[QuotaKey]:
+    """Keys a user entity alone (a name or <default>, no client-id) may carry, beyond
+    client_keys()."""
+    return _known.user_only
+
+
+def extension_keys() -> frozenset[QuotaKey]:
+    """Keys Apache Kafka does not know: set and described through the proxy only."""
+    return _known.extension
+
+
+def topic_keys() -> frozenset[QuotaKey]:
+    """A topic's write and read budget (the KIP-13 draft's "quota distribution"). The topic entity
+    type is itself an extension: Kafka brokers know no quota on it."""
+    return _known.topic
+
+
+def tenant_kinds() -> tuple[QuotaKind, ...]:
+    """What the usage log keeps per tenant, in this order: each kind's throttles and its quota."""
+    return _known.tenant
 
 
 def keys_for(entity: QuotaEntity) -> frozenset[QuotaKey]:
     """The quota keys this entity may carry."""
+    known = _known
     if entity.ip is not None:
-        return IP_KEYS
+        return known.ip
     if entity.topic is not None:
-        return TOPIC_KEYS
+        return known.topic
     if entity.client_id is None:
-        return CLIENT_KEYS | USER_ONLY_KEYS
-    return CLIENT_KEYS
+        return known.clients | known.user_only
+    return known.clients
 
 
 def key_named(name: object) -> QuotaKey | None:
     """The quota key spelled `name` (as kafka-configs and the YAML file spell it), or None for a
     name no kind has."""
-    kind = _NAMED.get(name) if isinstance(name, str) else None
+    kind = _known.by_key.get(name) if isinstance(name, str) else None  # type: ignore[call-overload]
     return None if kind is None else kind.key
 
 
 def throttle_type(key: QuotaKey) -> str:
     """The quota_type a throttle for `key` is counted under."""
-    return KIND[key].throttle_type
+    return _known.by_key[key].throttle_type

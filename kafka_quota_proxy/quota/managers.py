@@ -105,7 +105,7 @@ class ClientQuotaManager(ResolvedQuota):
 
     def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors,
                  stats: StatFactory | None = None) -> None:
-        if key not in QUOTA_TYPES or key is QuotaKey.CONTROLLER_MUTATION_RATE:
+        if key not in QUOTA_TYPES or key == QuotaKey.CONTROLLER_MUTATION_RATE:
             raise ValueError(f"{key.value} is not a rate-based client quota")
         super().__init__(key, store, config, sensors, stats)
         self.max_throttle_ms: int | None = None  # None: unbounded, as byte rates
@@ -138,7 +138,7 @@ class ClientQuotaManager(ResolvedQuota):
             return clamp_throttle(math.ceil(pacer.pace(value, bound, now_ms) - now_ms))
         if bound is None:
             return 0
-        if self.key is QuotaKey.CONSUMER_BYTE_RATE and rate.takes_turns():
+        if self.key == QuotaKey.CONSUMER_BYTE_RATE and rate.takes_turns():
             fetch_rate = cast(SharedFetchRate, rate)
             measured, decided = fetch_rate.fetch_turn(now_ms, value, bound)
             if decided is not None:
@@ -163,7 +163,7 @@ class ClientQuotaManager(ResolvedQuota):
             measured = rate.measure(now_ms)
         if measured <= bound:
             return 0
-        if self.key is QuotaKey.CONSUMER_BYTE_RATE:
+        if self.key == QuotaKey.CONSUMER_BYTE_RATE:
             # A fetch over quota delivers nothing and is taken back: all or nothing. With the
             # quota shared, one over it only on the others' predicted bytes is decided by its
             # part of the headroom (SharedRate.judge_fetch).

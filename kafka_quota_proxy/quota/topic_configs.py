@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from kafka_quota_proxy.protocol.error_codes import INVALID_CONFIG, INVALID_REQUEST
 from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp, validate_value
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
-from kafka_quota_proxy.quota.kinds import TOPIC_KEYS
+from kafka_quota_proxy.quota.kinds import topic_keys
 
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # AlterConfigOp.OpType
 DYNAMIC_TOPIC_CONFIG = 1  # DescribeConfigs' ConfigSource of a topic's own config
 LONG = 5  # DescribeConfigs' ConfigType: the keys are Kafka's LONG quota configs
-QUOTA_CONFIGS = frozenset(key.value for key in TOPIC_KEYS)
+QUOTA_CONFIGS = frozenset(key.value for key in topic_keys())
 # Both names end so: a request without these bytes has no quota key, and is not decoded.
 MARKER = b"_byte_rate"
 DOCUMENTATION = {
@@ -173,5 +173,5 @@ def describe_entries(values: Mapping[QuotaKey, float], asked: Sequence[str] | No
     """The topic's quota entries a DescribeConfigs of it shows: every key set on it when the
     request asked for all configs (null or empty, as a broker reads both), else those it named;
     the value a whole number."""
-    return [(key.value, str(int(values[key]))) for key in sorted(TOPIC_KEYS)
+    return [(key.value, str(int(values[key]))) for key in sorted(topic_keys())
             if key in values and (not asked or key.value in asked)]

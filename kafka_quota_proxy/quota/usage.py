@@ -63,7 +63,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     TXN_OFFSET_COMMIT,
     UPDATE_FEATURES,
 )
-from kafka_quota_proxy.quota.kinds import TENANT_KINDS
+from kafka_quota_proxy.quota.kinds import tenant_kinds
 
 VERSION = 2
 # Version 1 had no `topics`; the pipeline reads both (a missing `topics` is no topic bytes).
@@ -93,15 +93,17 @@ API_GROUPS: dict[str, frozenset[int]] = {
 GROUPS = (*API_GROUPS, "other")
 _GROUP_OF = {key: group for group, keys in API_GROUPS.items() for key in keys}
 
-# Each tenant's throttles by kind, and its quotas, in the registry's order (quota/kinds.py).
-THROTTLE_TYPES = tuple(kind.throttle_type for kind in TENANT_KINDS)
-QUOTA_KEYS = tuple(kind.key for kind in TENANT_KINDS)
+# Each tenant's throttles by kind, and its quotas, in the registry's order (quota/kinds.py): the
+# kinds known at import, since the record's layout (and the pipeline's schema) is fixed; a kind
+# registered later is not in the usage log yet.
+THROTTLE_TYPES = tuple(kind.throttle_type for kind in tenant_kinds())
+QUOTA_KEYS = tuple(kind.key for kind in tenant_kinds())
 
 # The record's counters, in the record's layout: each tenant kind's (quota/kinds.py), and the
 # tenant's new connections.
 COUNTERS = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids", "partitions_mutated",
             "connections")
-assert set(COUNTERS) == {kind.usage_counter for kind in TENANT_KINDS} | {"connections"}
+assert set(COUNTERS) == {kind.usage_counter for kind in tenant_kinds()} | {"connections"}
 # Per topic (usage_log.topics): record bytes written and read, and those the topic's quota refused.
 TOPIC_COUNTERS = ("produce_bytes", "fetch_bytes", "produce_refused_bytes", "fetch_refused_bytes")
 

@@ -34,7 +34,7 @@ from kafka_quota_proxy.proxy.quota_runtime.access import management_policy
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.kinds import CLIENT_KEYS, TENANT_KINDS
+from kafka_quota_proxy.quota.kinds import client_keys, tenant_kinds
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 REPO = Path(__file__).resolve().parents[2]
@@ -601,7 +601,7 @@ def all_exprs() -> list[str]:
 def throttle_quota_types() -> set[str]:
     """The quota_type values the proxy counts a tenant's throttles under: its quota kinds'
     (quota/kinds.py, where the stages' throttle() calls find them)."""
-    return {kind.throttle_type for kind in TENANT_KINDS}
+    return {kind.throttle_type for kind in tenant_kinds()}
 
 
 def declared_metric_families() -> set[str]:
@@ -618,7 +618,7 @@ def populated_registry() -> CollectorRegistry:
     as proxy/server.py wires them) with at least one series in every family the dashboard can use,
     so label names can be read off."""
     now = 1_000
-    client = {key: 10.0 for key in CLIENT_KEYS}
+    client = {key: 10.0 for key in client_keys()}
     store = QuotaStore({QuotaEntity(client_id="demo"): client,
                         QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_IDS_RATE: 0.001},
                         QuotaEntity(ip=DEFAULT): {QuotaKey.CONNECTION_CREATION_RATE: 5.0},

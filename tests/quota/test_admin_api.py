@@ -20,6 +20,7 @@ from kafka_quota_proxy.quota.admin_api import (
     java_hash_order,
 )
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import BUILT_IN_KEYS
 
 PRODUCER = "producer_byte_rate"
 CONSUMER = "consumer_byte_rate"
@@ -418,7 +419,7 @@ def test_values_come_in_the_order_kafka_configs_prints_them_from_kafka() -> None
     assert java_hash_order([REQUEST, MUTATION]) == [MUTATION, REQUEST]
     assert java_hash_order([PRODUCER]) == [PRODUCER]
     # six keys: a table of 8 buckets
-    assert java_hash_order([k.value for k in QuotaKey]) == [
+    assert java_hash_order([k.value for k in BUILT_IN_KEYS]) == [
         "connection_creation_rate", "producer_ids_rate", "producer_byte_rate", "consumer_byte_rate",
         "controller_mutation_rate", "request_percentage"]
     quotas: Quotas = {QuotaEntity(user=DEFAULT): {QuotaKey.PRODUCER_BYTE_RATE: 4194304.0,

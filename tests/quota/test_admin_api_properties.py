@@ -26,6 +26,7 @@ from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
 from kafka_quota_proxy.quota.admin_api import alter_client_quotas, describe_client_quotas
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import BUILT_IN_KEYS
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from tests.support.messages import message
 from tests.support.mutations import mutated
@@ -56,7 +57,7 @@ def context(frame: bytes) -> RequestContext:
 # Entity types and keys near the real ones, so that most requests get past the first check.
 ENTITY_TYPES = st.sampled_from(["user", "client-id", "ip", "", "topic"]) | st.text(max_size=4)
 NAMES = st.none() | st.sampled_from(["alice", "c1", "10.0.0.1", "<default>", "", "::1"]) | st.text(max_size=6)
-KEYS = st.sampled_from([k.value for k in QuotaKey] + ["bogus"])
+KEYS = st.sampled_from([k.value for k in BUILT_IN_KEYS] + ["bogus"])
 VALUES = st.floats(allow_nan=False) | st.sampled_from([0.0, -1.0, 1.5, 2.0**63, 1e300])
 
 

@@ -1,58 +1,150 @@
 """quota/kinds.py: every quota key is one kind, declared once, and the lists of keys by entity,
-the whole-number and extension keys and the usage log's throttle types are derived from it."""
+the whole-number and extension keys and the usage log's throttle types are derived from it; a
+kind registered later is configured, validated and described as a built-in one is."""
 
 from __future__ import annotations
 
+import pytest
+
+from kafka_quota_proxy.config.errors import ConfigError
+from kafka_quota_proxy.config.quota_settings import parse_quota_list, validate_quota_entries
 from kafka_quota_proxy.quota import usage
+from kafka_quota_proxy.quota.admin_api import (
+    INVALID_REQUEST,
+    NONE,
+    alter_client_quotas,
+    describe_client_quotas,
+)
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.kinds import (
-    CLIENT_KEYS,
-    EXTENSION_KEYS,
-    IP_KEYS,
-    KEY_NAMES,
-    KIND,
-    KINDS,
-    TOPIC_KEYS,
-    USER_ONLY_KEYS,
-    WHOLE_NUMBER_KEYS,
+    BUILT_IN,
+    BUILT_IN_KEYS,
+    QuotaKind,
+    client_keys,
+    extension_keys,
+    ip_keys,
     key_named,
+    key_names,
     keys_for,
+    kind_of,
+    kinds,
+    register,
+    registered,
     throttle_type,
+    topic_keys,
+    unregister,
+    user_only_keys,
+    whole_number_keys,
 )
 
 K = QuotaKey
 
+# A toy kind: a cap on a client's Metadata requests per second, on user and client-id entities,
+# an extension Kafka does not know (issue 38's example).
+METADATA_RATE = QuotaKind(QuotaKey("metadata_request_rate"), "metadata", value_type="INT",
+                          extension=True)
+
 
 def test_every_key_is_one_kind() -> None:
-    assert [kind.key for kind in KINDS] == list(QuotaKey)
-    assert set(KIND) == set(QuotaKey)
-    assert KEY_NAMES == ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
-                         "controller_mutation_rate", "connection_creation_rate", "producer_ids_rate")
-    assert [key_named(name) for name in KEY_NAMES] == list(QuotaKey)
+    assert kinds() == BUILT_IN
+    assert [kind.key for kind in kinds()] == list(BUILT_IN_KEYS)
+    assert key_names() == ("producer_byte_rate", "consumer_byte_rate", "request_percentage",
+                           "controller_mutation_rate", "connection_creation_rate", "producer_ids_rate")
+    assert [key_named(name) for name in key_names()] == list(BUILT_IN_KEYS)
+    # the key named is the kind's own, whatever string it was looked up by
+    assert all(key_named(str(k)) is kind.key for k, kind in zip(key_names(), kinds(), strict=True))
     assert key_named("producer_byte_rates") is None and key_named(7) is None
+    assert kind_of(K.PRODUCER_IDS_RATE).throttle_type == "producer_ids"
+
+
+def test_a_key_is_a_string_as_kafka_configs_spells_it() -> None:
+    key = K.PRODUCER_BYTE_RATE
+    assert key == "producer_byte_rate" and key.value == "producer_byte_rate" and f"{key}" == key.value
+    assert QuotaKey("producer_byte_rate") == key and hash(QuotaKey("producer_byte_rate")) == hash(key)
+    assert repr(key) == "QuotaKey('producer_byte_rate')"
 
 
 def test_the_keys_each_entity_may_carry_are_kafkas_and_the_extensions() -> None:
-    assert CLIENT_KEYS == {K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE, K.REQUEST_PERCENTAGE,
-                           K.CONTROLLER_MUTATION_RATE}
-    assert USER_ONLY_KEYS == EXTENSION_KEYS == {K.PRODUCER_IDS_RATE}
-    assert IP_KEYS == {K.CONNECTION_CREATION_RATE}
-    assert TOPIC_KEYS == {K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE}
+    assert client_keys() == {K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE, K.REQUEST_PERCENTAGE,
+                             K.CONTROLLER_MUTATION_RATE}
+    assert user_only_keys() == extension_keys() == {K.PRODUCER_IDS_RATE}
+    assert ip_keys() == {K.CONNECTION_CREATION_RATE}
+    assert topic_keys() == {K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE}
     # Kafka's LONG and INT keys (QuotaConfigs): whole numbers only
-    assert WHOLE_NUMBER_KEYS == {K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE, K.CONNECTION_CREATION_RATE}
-    assert keys_for(QuotaEntity(user="alice")) == CLIENT_KEYS | {K.PRODUCER_IDS_RATE}
-    assert keys_for(QuotaEntity(user=DEFAULT, client_id="c")) == CLIENT_KEYS
-    assert keys_for(QuotaEntity(client_id="c")) == CLIENT_KEYS
-    assert keys_for(QuotaEntity(ip=DEFAULT)) == IP_KEYS
-    assert keys_for(QuotaEntity(topic="orders")) == TOPIC_KEYS
-    assert {kind.key: kind.value_type for kind in KINDS if kind.whole_number} == {
+    assert whole_number_keys() == {K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE, K.CONNECTION_CREATION_RATE}
+    assert keys_for(QuotaEntity(user="alice")) == client_keys() | {K.PRODUCER_IDS_RATE}
+    assert keys_for(QuotaEntity(user=DEFAULT, client_id="c")) == client_keys()
+    assert keys_for(QuotaEntity(client_id="c")) == client_keys()
+    assert keys_for(QuotaEntity(ip=DEFAULT)) == ip_keys()
+    assert keys_for(QuotaEntity(topic="orders")) == topic_keys()
+    assert {kind.key: kind.value_type for kind in kinds() if kind.whole_number} == {
         K.PRODUCER_BYTE_RATE: "LONG", K.CONSUMER_BYTE_RATE: "LONG", K.CONNECTION_CREATION_RATE: "INT"}
 
 
 def test_throttles_are_counted_under_each_kinds_quota_type_and_the_usage_log_keeps_the_tenants() -> None:
-    assert [throttle_type(kind.key) for kind in KINDS] == [
+    assert [throttle_type(kind.key) for kind in kinds()] == [
         "produce", "fetch", "request", "controller_mutation", "connection_creation_rate", "producer_ids"]
     # The usage log's record layout (quota/usage.py): a tenant's kinds, in the registry's order.
     assert usage.THROTTLE_TYPES == ("produce", "fetch", "request", "controller_mutation", "producer_ids")
     assert usage.QUOTA_KEYS == (K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE, K.REQUEST_PERCENTAGE,
                                 K.CONTROLLER_MUTATION_RATE, K.PRODUCER_IDS_RATE)
+
+
+def test_a_registered_kind_is_known_with_its_entities_and_value_type_then_gone() -> None:
+    key = METADATA_RATE.key
+    with registered(METADATA_RATE):
+        assert kinds() == (*BUILT_IN, METADATA_RATE)
+        assert key_named("metadata_request_rate") is key and key_names()[-1] == "metadata_request_rate"
+        assert throttle_type(key) == "metadata"
+        assert key in client_keys() and key in whole_number_keys() and key in extension_keys()
+        assert key in keys_for(QuotaEntity(client_id="app")) and key not in keys_for(QuotaEntity(ip=DEFAULT))
+        assert key not in topic_keys() and key not in ip_keys()
+    assert kinds() == BUILT_IN and key_named("metadata_request_rate") is None
+    assert key not in client_keys() and key not in whole_number_keys()
+
+
+def test_a_registered_kind_is_configured_from_the_quota_file() -> None:
+    entries = [{"client-id": "app", "metadata_request_rate": 50, "producer_byte_rate": 1048576}]
+    with registered(METADATA_RATE):
+        (entry,) = parse_quota_list(entries)
+        assert entry.entity == QuotaEntity(client_id="app")
+        assert entry.values == {METADATA_RATE.key: 50.0, K.PRODUCER_BYTE_RATE: 1048576.0}
+        assert validate_quota_entries([entry]) == {QuotaEntity(client_id="app"): entry.values}
+        fractional = parse_quota_list([{"client-id": "app", "metadata_request_rate": 0.5}])
+        with pytest.raises(ConfigError, match="metadata_request_rate cannot be a fractional value"):
+            validate_quota_entries(fractional)  # Kafka's rules for its INT value type
+    with pytest.raises(ConfigError, match="unknown key"):
+        parse_quota_list(entries)  # gone again
+
+
+def test_a_registered_kind_is_set_validated_and_described_through_the_admin_api() -> None:
+    app = [("client-id", "app")]
+    with registered(METADATA_RATE):
+        result = alter_client_quotas({}, [(app, [("metadata_request_rate", 50.0, False)])], False)
+        assert result.results == [(NONE, None)]
+        assert result.quotas == {QuotaEntity(client_id="app"): {METADATA_RATE.key: 50.0}}
+        described = describe_client_quotas(result.quotas, [("client-id", 0, "app")], strict=True)
+        assert described.entries == [(app, {"metadata_request_rate": 50.0})]
+        # its value type is Kafka's INT: whole numbers, at most 2**31 - 1
+        for bad, message in ((2.5, "metadata_request_rate cannot be a fractional value."),
+                             (2.0**31, "Proposed value for metadata_request_rate is too large for an INT."),
+                             (0.0, "Quota metadata_request_rate must be greater than 0")):
+            refused = alter_client_quotas({}, [(app, [("metadata_request_rate", bad, False)])], False)
+            assert refused.results == [(INVALID_REQUEST, message)]
+        # not on an ip entity
+        refused = alter_client_quotas({}, [([("ip", "10.0.0.1")], [("metadata_request_rate", 5.0, False)])],
+                                      False)
+        assert refused.results == [(INVALID_REQUEST, "Invalid configuration key metadata_request_rate")]
+    # unregistered, the key is unknown again
+    refused = alter_client_quotas({}, [(app, [("metadata_request_rate", 50.0, False)])], False)
+    assert refused.results == [(INVALID_REQUEST, "Invalid configuration key metadata_request_rate")]
+
+
+def test_a_key_is_declared_once_and_the_built_in_kinds_stay() -> None:
+    with pytest.raises(ValueError, match="producer_byte_rate is already declared"):
+        register(QuotaKind(K.PRODUCER_BYTE_RATE, "produce-again"))
+    with pytest.raises(ValueError, match="producer_byte_rate is built in"):
+        unregister(K.PRODUCER_BYTE_RATE)
+    with registered(METADATA_RATE), pytest.raises(ValueError, match="already declared"):
+        register(METADATA_RATE)
+    assert kinds() == BUILT_IN

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import BUILT_IN_KEYS
 from kafka_quota_proxy.quota.resolution import (
     QuotaResolver,
     QuotaStore,
@@ -286,9 +287,9 @@ def test_resolution_cache_is_bounded() -> None:
 
 
 def test_sensor_keys_use_kafkas_quota_type_names() -> None:
-    store = QuotaStore({E(client_id=DEFAULT): {k: 1.0 for k in QuotaKey}})
-    names = {k: QuotaResolver(store, k).resolve("u", "c").sensor_key[0] for k in QuotaKey
-             if k is not QuotaKey.CONNECTION_CREATION_RATE}
+    store = QuotaStore({E(client_id=DEFAULT): {k: 1.0 for k in BUILT_IN_KEYS}})
+    names = {k: QuotaResolver(store, k).resolve("u", "c").sensor_key[0] for k in BUILT_IN_KEYS
+             if k != QuotaKey.CONNECTION_CREATION_RATE}
     assert names == {P: "Produce", F: "Fetch", QuotaKey.REQUEST_PERCENTAGE: "Request",
                      QuotaKey.CONTROLLER_MUTATION_RATE: "ControllerMutation",
                      QuotaKey.PRODUCER_IDS_RATE: "ProducerIds"}  # KIP-936's proposed name

@@ -283,7 +283,7 @@ class UsageWriter:
                 quotas: dict[str, float | None] = {}
                 for key, resolver in resolvers.items():
                     quotas[key.value] = resolver.resolve(
-                        user, None if key is QuotaKey.PRODUCER_IDS_RATE else client_id).quota
+                        user, None if key == QuotaKey.PRODUCER_IDS_RATE else client_id).quota
                 rec = usage.record(
                     interval.start_ms, seconds, self.instance, user, client_id,
                     {"produce_bytes": t.produce_bytes, "fetch_bytes": t.fetch_bytes,

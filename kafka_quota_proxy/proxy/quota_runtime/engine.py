@@ -19,7 +19,7 @@ from typing import Protocol
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.quota.connections import ConnectionQuotas
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import TENANT_KINDS
+from kafka_quota_proxy.quota.kinds import tenant_kinds
 from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
@@ -206,7 +206,7 @@ class QuotaEngine:
         found = self._switches
         store, settings = self.store, self.settings
         if found is None or found.version != store.version or found.settings is not settings:
-            measuring = any(store.quota_types_enabled(kind.key) for kind in TENANT_KINDS)
+            measuring = any(store.quota_types_enabled(kind.key) for kind in tenant_kinds())
             active = settings.mode != "off"
             found = self._switches = Switches(
                 version=store.version, settings=settings, measuring=measuring,
@@ -274,7 +274,7 @@ class QuotaEngine:
         """Scope `broker` allows a topic the share of the partitions its broker leads; `proxy`
         and `cluster` the whole budget."""
         broker = scope if self.settings.scope == "broker" else None
-        kind = "topic-produce" if key is QuotaKey.PRODUCER_BYTE_RATE else "topic-fetch"
+        kind = "topic-produce" if key == QuotaKey.PRODUCER_BYTE_RATE else "topic-fetch"
         return TopicQuotaManager(key, self.store, self.config, self._new_sensors(), self.leadership, broker,
                                  self.broker_count, self._stats(kind, scope))
 

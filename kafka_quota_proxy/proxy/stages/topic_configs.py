@@ -37,7 +37,7 @@ from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseSta
 from kafka_quota_proxy.proxy.stages.client_quotas_api import not_null
 from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity
-from kafka_quota_proxy.quota.kinds import TOPIC_KEYS
+from kafka_quota_proxy.quota.kinds import topic_keys
 from kafka_quota_proxy.quota.topic_configs import (
     DELETE,
     DOCUMENTATION,
@@ -179,7 +179,7 @@ class TopicConfigsDescribe(RequestStage):
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         store = self.control.store
-        if not any(store.topic_quotas_enabled(key) for key in TOPIC_KEYS):
+        if not any(store.topic_quotas_enabled(key) for key in topic_keys()):
             return None  # no topic quota was ever set: nothing to add, nothing decoded
         conn = ctx.conn
         if not self.access.may_describe(self.engine.settings, conn.principal, conn.ip).allowed:
