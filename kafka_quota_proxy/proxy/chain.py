@@ -3,8 +3,9 @@ then the client. Each stage names the API keys it cares about, and the chain for
 computed once, so a frame no stage asked for is forwarded after its header is read and its body's
 lengths are checked (WellFormed, the one stage for every key).
 `build_pipeline` is the one place the order is written. A new quota kind is declared in
-quota/kinds.py, whose lists of keys, throttle types and the pipeline's measures follow from it;
-its manager, its stage's place here and its metrics are still written by hand (issue 38).
+quota/kinds.py, whose lists of keys, throttle types and the pipeline's measures follow from it; a
+request-rate kind (`QuotaKind.counts`) needs nothing more (its manager and RequestCounts are
+shared), the others' managers, stages and metrics are still written by hand (issue 38).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from kafka_quota_proxy.proxy.stages.create_topics_limit import CreateTopicsLimit
 from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchAsV15
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
+from kafka_quota_proxy.proxy.stages.request_counts import RequestCounts
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
@@ -44,6 +46,7 @@ from kafka_quota_proxy.proxy.stages.topic_quotas import (
 )
 from kafka_quota_proxy.proxy.stages.topic_usage import FetchTopicBytes, ProduceTopicBytes
 from kafka_quota_proxy.proxy.stages.well_formed import WellFormed
+from kafka_quota_proxy.quota.kinds import counted_kinds
 
 # A response ready to write: one buffer, or pieces written with writelines (no joining copy).
 Response = bytes | memoryview | list[bytes | memoryview]
@@ -82,6 +85,8 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
         request.append(ProduceTopicBytes(engine.leadership))
         response.append(FetchTopicBytes(engine.leadership))
     request.append(QuotaCharge(engine, cluster.topic_partitions))
+    if counted := counted_kinds():  # the request-rate kinds registered in quota/kinds.py
+        request.append(RequestCounts(engine, counted))
     response += [QuotaSettle(engine), ThrottleMerge()]
     return Pipeline(request=request, response=response)
 

@@ -37,6 +37,13 @@ class QuotaKind:
     measure: str | None = None
     unit: str = ""
     title: str = ""
+    # Kafka's QuotaType name: the sensor-name prefix ("Produce-u:c") and the JMX `type=` group;
+    # "" where Kafka has none (the key is used).
+    sensor: str = ""
+    # A request-rate kind: the API keys whose requests it charges, one each, on Kafka's Rate per
+    # (user, client-id) with Kafka's throttle (the engine's `counted` managers, the RequestCounts
+    # stage). Empty for the built-in kinds, whose managers and stages are their own.
+    counts: frozenset[int] = frozenset()
 
     @property
     def whole_number(self) -> bool:
@@ -50,23 +57,25 @@ class QuotaKind:
 
 BUILT_IN: tuple[QuotaKind, ...] = (
     QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG",  # KIP-13
-              usage_counter="produce_bytes", measure="produce", unit="B/s", title="Produce bytes/s"),
+              usage_counter="produce_bytes", measure="produce", unit="B/s", title="Produce bytes/s",
+              sensor="Produce"),
     QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG",  # KIP-13
-              usage_counter="fetch_bytes", measure="fetch", unit="B/s", title="Fetch bytes/s"),
+              usage_counter="fetch_bytes", measure="fetch", unit="B/s", title="Fetch bytes/s",
+              sensor="Fetch"),
     # KIP-124. The usage log's request_time_ms over an interval, as Kafka's request_percentage
     # counts it: percent of one thread.
     QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request", usage_counter="request_time_ms", measure="request",
-              unit="%", title="Request time, % of a thread"),
+              unit="%", title="Request time, % of a thread", sensor="Request"),
     QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation",  # KIP-599
               usage_counter="partitions_mutated", measure="mutations", unit="partitions/s",
-              title="Partition mutations/s"),
+              title="Partition mutations/s", sensor="ControllerMutation"),
     # KIP-612: new connections per second per client address
     QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
               value_type="INT"),
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, per user
     QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True,
               usage_counter="new_producer_ids", measure="producer_ids", unit="ids/s",
-              title="New producer ids/s"),
+              title="New producer ids/s", sensor="ProducerIds"),  # KIP-936's ProducerIdQuotaManager
 )
 BUILT_IN_KEYS = tuple(kind.key for kind in BUILT_IN)
 
@@ -87,6 +96,7 @@ class Registry:
         self.extension = frozenset(k.key for k in kinds if k.extension)
         self.topic = frozenset(k.key for k in kinds if k.topic)
         self.tenant = tuple(k for k in kinds if k.per_tenant)
+        self.counted = tuple(k for k in kinds if k.counts)
 
 
 _known = Registry(BUILT_IN)
@@ -187,6 +197,17 @@ def key_named(name: object) -> QuotaKey | None:
     name no kind has."""
     kind = _known.by_key.get(name) if isinstance(name, str) else None  # type: ignore[call-overload]
     return None if kind is None else kind.key
+
+
+def sensor_name(key: QuotaKey) -> str:
+    """Kafka's QuotaType name for `key` (the sensor-name prefix), or the key where Kafka has none."""
+    return _known.by_key[key].sensor or key.value
+
+
+def counted_kinds() -> tuple[QuotaKind, ...]:
+    """The request-rate kinds (`QuotaKind.counts`): registered kinds served by the generic manager
+    and stage."""
+    return _known.counted
 
 
 def throttle_type(key: QuotaKey) -> str:

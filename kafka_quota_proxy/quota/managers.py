@@ -13,9 +13,10 @@ import math
 from typing import cast
 
 from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import kind_of, sensor_name
 from kafka_quota_proxy.quota.pacer import Pacer
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
-from kafka_quota_proxy.quota.resolution import QUOTA_TYPES, QuotaResolver, QuotaStore, Resolution, Tags
+from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore, Resolution, Tags
 from kafka_quota_proxy.quota.sensors import LocalStats, SensorHandle, Sensors, StatFactory
 from kafka_quota_proxy.quota.shared_fetch import SharedFetchRate
 from kafka_quota_proxy.quota.shared_rate import Owed, SharedRate
@@ -53,7 +54,7 @@ class ResolvedQuota:
     def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors,
                  stats: StatFactory | None = None) -> None:
         self.key = key
-        self.quota_type = QUOTA_TYPES[key]
+        self.quota_type = sensor_name(key)
         self.config = config
         self.sensors = sensors
         self.stats: StatFactory = stats if stats is not None else LocalStats(config)
@@ -105,7 +106,7 @@ class ClientQuotaManager(ResolvedQuota):
 
     def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors,
                  stats: StatFactory | None = None) -> None:
-        if key not in QUOTA_TYPES or key == QuotaKey.CONTROLLER_MUTATION_RATE:
+        if not kind_of(key).per_tenant or key == QuotaKey.CONTROLLER_MUTATION_RATE:
             raise ValueError(f"{key.value} is not a rate-based client quota")
         super().__init__(key, store, config, sensors, stats)
         self.max_throttle_ms: int | None = None  # None: unbounded, as byte rates

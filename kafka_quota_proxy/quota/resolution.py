@@ -12,15 +12,7 @@ from dataclasses import dataclass
 from enum import IntFlag
 
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
-
-# Kafka's QuotaType names: the sensor-name prefix ("Produce-u:c") and the JMX `type=` group.
-QUOTA_TYPES: dict[QuotaKey, str] = {
-    QuotaKey.PRODUCER_BYTE_RATE: "Produce",
-    QuotaKey.CONSUMER_BYTE_RATE: "Fetch",
-    QuotaKey.REQUEST_PERCENTAGE: "Request",
-    QuotaKey.CONTROLLER_MUTATION_RATE: "ControllerMutation",
-    QuotaKey.PRODUCER_IDS_RATE: "ProducerIds",  # KIP-936's proposed ProducerIdQuotaManager
-}
+from kafka_quota_proxy.quota.kinds import sensor_name
 
 # Characters java.net.URLEncoder leaves alone; '*' is then replaced by Kafka's Sanitizer.
 _URL_SAFE = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_")
@@ -172,7 +164,7 @@ class QuotaResolver:
     def __init__(self, store: QuotaStore, key: QuotaKey, max_cached: int = 100_000) -> None:
         self.store = store
         self.key = key
-        self._type_name = QUOTA_TYPES.get(key, key.value)
+        self._type_name = sensor_name(key)
         self.max_cached = max_cached
         self._version = -1
         self._types = QuotaTypes.NO_QUOTAS

@@ -23,7 +23,7 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalStats, Sensors, StatFactory
 from kafka_quota_proxy.quota.throttle import INT_MAX, rate_throttle_time_ms
 
-# The sensor-name prefix per key, beside Kafka's "Produce" and "Fetch" (resolution.QUOTA_TYPES).
+# The sensor-name prefix per key, beside Kafka's "Produce" and "Fetch" (QuotaKind.sensor).
 TOPIC_QUOTA_TYPES = {QuotaKey.PRODUCER_BYTE_RATE: "TopicProduce",
                      QuotaKey.CONSUMER_BYTE_RATE: "TopicFetch"}
 

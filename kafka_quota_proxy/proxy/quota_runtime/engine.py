@@ -19,7 +19,7 @@ from typing import Protocol
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.quota.connections import ConnectionQuotas
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import tenant_kinds
+from kafka_quota_proxy.quota.kinds import counted_kinds, tenant_kinds
 from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
@@ -75,6 +75,9 @@ class ScopeManagers:
     producer_ids: ProducerIdQuotaManager
     topic_produce: TopicQuotaManager
     topic_fetch: TopicQuotaManager
+    # The request-rate kinds registered in quota/kinds.py (QuotaKind.counts), by key: Kafka's
+    # ClientQuotaManager over requests counted one each (the RequestCounts stage).
+    counted: dict[QuotaKey, ClientQuotaManager] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -267,6 +270,8 @@ class QuotaEngine:
                 producer_ids=self._producer_id_manager(key),
                 topic_produce=self._topic_manager(QuotaKey.PRODUCER_BYTE_RATE, key),
                 topic_fetch=self._topic_manager(QuotaKey.CONSUMER_BYTE_RATE, key),
+                counted={kind.key: ClientQuotaManager(kind.key, self.store, self.config, self._new_sensors())
+                         for kind in counted_kinds()},
             )
         return found
 

@@ -1,0 +1,65 @@
+"""A quota kind registered in quota/kinds.py and nothing else (issue 38's toy kind): a cap on a
+client's ListGroups requests per second, end to end in-process against a scripted broker on the
+fake clock: configured in the quota file, enforced with Kafka's throttle, set and described
+through the admin API, and metered."""
+
+from __future__ import annotations
+
+from kafka_quota_proxy.protocol.api_keys import LIST_GROUPS
+from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import QuotaKind, registered
+from tests.proxy.conftest import running
+from tests.proxy.quota_support import (
+    START_MS,
+    Script,
+    alter,
+    alter_results,
+    connect,
+    describe,
+    entries,
+    freeze,
+    kafka_throttle,
+    list_groups,
+    metric,
+    run,
+    scope,
+)
+
+# The one registry line: the kind's key, its throttles' quota_type, Kafka's INT value type, an
+# extension (Kafka does not know it), and the requests it counts.
+LIST_GROUPS_RATE = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups", value_type="INT",
+                             extension=True, counts=frozenset({LIST_GROUPS}))
+
+
+def test_a_registered_request_rate_kind_is_configured_enforced_described_and_metered() -> None:
+    script = Script()
+
+    async def scenario() -> None:
+        with registered(LIST_GROUPS_RATE):
+            async with running(script, quotas=[{"client-id": "c", "list_groups_request_rate": 2}]) as h:
+                freeze(h)
+                c = await connect(h)
+                # Kafka's Rate on a new sensor spans (11 - 1) windows of 1 s, so 20 ListGroups
+                # at one instant are 2/s, within the quota; the 21st is 2.1/s, throttled by
+                # Kafka's rule: (2.1 - 2) / 2 x 10 s.
+                for _ in range(20):
+                    assert (await c.call(list_groups())).throttle_time_ms == 0
+                assert (await c.call(list_groups())).throttle_time_ms == kafka_throttle(2.1, 2) == 500
+                manager = h.proxy.engine.scope(scope(h)).counted[LIST_GROUPS_RATE.key]
+                assert manager.measure("ANONYMOUS", "c", START_MS) == 2.1
+                assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="list_groups",
+                              user="ANONYMOUS", client_id="c") == 1
+                assert metric(h, "kafka_quota_proxy_throttle_time_ms_total", quota_type="list_groups",
+                              user="ANONYMOUS", client_id="c") == 500
+                c.close()
+                # the admin API, on a connection of a client-id without the quota
+                admin = await connect(h, client_id="admin")
+                described = await admin.call(describe([("client-id", 0, "c")]))
+                assert entries(described) == {(("client-id", "c"),): {"list_groups_request_rate": 2.0}}
+                changed = await admin.call(alter([([("client-id", "c")],
+                                                   [("list_groups_request_rate", 30.0, False)])]))
+                assert alter_results(changed) == [(0, None)]
+                described = await admin.call(describe([("client-id", 0, "c")]))
+                assert entries(described) == {(("client-id", "c"),): {"list_groups_request_rate": 30.0}}
+                admin.close()
+    run(scenario())
