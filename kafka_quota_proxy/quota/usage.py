@@ -63,6 +63,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     TXN_OFFSET_COMMIT,
     UPDATE_FEATURES,
 )
+from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.kinds import tenant_kinds
 
 VERSION = 2
@@ -93,11 +94,23 @@ API_GROUPS: dict[str, frozenset[int]] = {
 GROUPS = (*API_GROUPS, "other")
 _GROUP_OF = {key: group for group, keys in API_GROUPS.items() for key in keys}
 
-# Each tenant's throttles by kind, and its quotas, in the registry's order (quota/kinds.py): the
-# kinds known at import, since the record's layout (and the pipeline's schema) is fixed; a kind
-# registered later is not in the usage log yet.
-THROTTLE_TYPES = tuple(kind.throttle_type for kind in tenant_kinds())
-QUOTA_KEYS = tuple(kind.key for kind in tenant_kinds())
+
+
+def throttle_types() -> tuple[str, ...]:
+    """A record's throttle_ms and throttled keys: each tenant kind's throttle type, in the
+    registry's order (quota/kinds.py), a registered kind's included."""
+    return tuple(kind.throttle_type for kind in tenant_kinds())
+
+
+def quota_keys() -> tuple[QuotaKey, ...]:
+    """A record's quotas: each tenant kind's key, in the registry's order."""
+    return tuple(kind.key for kind in tenant_kinds())
+
+
+# The built-in kinds' throttle types and quota keys: what the pipeline's schema reads
+# (analytics/reading.py); a registered kind's are in the records, and not yet in the reports.
+THROTTLE_TYPES = throttle_types()
+QUOTA_KEYS = quota_keys()
 
 # The record's counters, in the record's layout: each tenant kind's (quota/kinds.py), and the
 # tenant's new connections.
@@ -127,9 +140,9 @@ def record(start_ms: int, interval_s: int, instance: str, user: str, client_id: 
         "client_id": client_id,
         **{name: counters.get(name, 0) for name in COUNTERS},
         "requests": {g: requests.get(g, 0) for g in GROUPS},
-        "throttle_ms": {t: throttle_ms.get(t, 0) for t in THROTTLE_TYPES},
-        "throttled": {t: throttled.get(t, 0) for t in THROTTLE_TYPES},
-        "quotas": {k.value: quotas.get(k.value) for k in QUOTA_KEYS},
+        "throttle_ms": {t: throttle_ms.get(t, 0) for t in throttle_types()},
+        "throttled": {t: throttled.get(t, 0) for t in throttle_types()},
+        "quotas": {k.value: quotas.get(k.value) for k in quota_keys()},
         "topics": {name: dict(zip(TOPIC_COUNTERS, counts, strict=True))
                    for name, counts in (topics or {}).items()},
     }

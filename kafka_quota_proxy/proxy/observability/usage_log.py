@@ -35,7 +35,6 @@ from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 log = logging.getLogger("kafka_quota_proxy.usage")
 
 _GROUP_INDEX = {group: i for i, group in enumerate(usage.GROUPS)}
-_THROTTLE_INDEX = {t: i for i, t in enumerate(usage.THROTTLE_TYPES)}
 
 
 class TenantUsage:
@@ -44,7 +43,7 @@ class TenantUsage:
     __slots__ = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids",
                  "partitions_mutated", "connections", "requests", "throttle_ms", "throttled", "topics")
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: int = len(usage.THROTTLE_TYPES)) -> None:
         self.produce_bytes = 0
         self.fetch_bytes = 0
         self.request_time_ms = 0.0
@@ -52,8 +51,8 @@ class TenantUsage:
         self.partitions_mutated = 0
         self.connections = 0
         self.requests = [0] * len(usage.GROUPS)
-        self.throttle_ms = [0] * len(usage.THROTTLE_TYPES)
-        self.throttled = [0] * len(usage.THROTTLE_TYPES)
+        self.throttle_ms = [0] * kinds  # by the meter's throttle types
+        self.throttled = [0] * kinds
         # usage_log.topics: topic -> [produce, fetch, produce refused, fetch refused] bytes
         self.topics: dict[str, list[int]] | None = None
 
@@ -68,6 +67,7 @@ class Interval:
     start_ms: int
     tenants: Tenants
     quotas: QuotaStore
+    throttle_types: tuple[str, ...] = usage.THROTTLE_TYPES  # the tenants' throttles, in this order
 
 
 class UsageMeter:
@@ -90,6 +90,9 @@ class UsageMeter:
         self.topics = settings.topics
         self.topic_count = 0  # (tenant, topic) pairs in the current interval
         self.topics_unmetered = 0  # topic byte counts of pairs beyond max_tenants
+        # The tenant kinds' throttle types (quota/kinds.py, a registered kind's included)
+        self.throttle_types = usage.throttle_types()
+        self._throttle_index = {t: i for i, t in enumerate(self.throttle_types)}
 
     def _aligned(self, now_ms: int) -> int:
         return now_ms - now_ms % self.interval_ms
@@ -106,7 +109,7 @@ class UsageMeter:
             self.unmetered += 1
             return None
         self.count += 1
-        found = by_client[client_id] = TenantUsage()
+        found = by_client[client_id] = TenantUsage(len(self.throttle_types))
         return found
 
     # -- counting, on the event loop -----------------------------------------------------------
@@ -177,7 +180,7 @@ class UsageMeter:
 
     def throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None:
         t = self._tenant(user, client_id)
-        i = _THROTTLE_INDEX.get(quota_type)
+        i = self._throttle_index.get(quota_type)
         if t is None or i is None:
             return
         t.throttle_ms[i] += throttle_ms
@@ -195,7 +198,7 @@ class UsageMeter:
             self.start_ms = start + self.interval_ms  # rotated early (shutdown): never reuse a start
         if not tenants:
             return
-        if not self.writer.submit(Interval(start, tenants, self.store.snapshot())):
+        if not self.writer.submit(Interval(start, tenants, self.store.snapshot(), self.throttle_types)):
             self.dropped += count
 
     def seconds_to_boundary(self) -> float:
@@ -275,7 +278,7 @@ class UsageWriter:
         self.written += len(lines)
 
     def _records(self, interval: Interval) -> list[str]:
-        resolvers = {key: QuotaResolver(interval.quotas, key) for key in usage.QUOTA_KEYS}
+        resolvers = {key: QuotaResolver(interval.quotas, key) for key in usage.quota_keys()}
         seconds = self.settings.interval_seconds
         lines = []
         for user, by_client in interval.tenants.items():
@@ -290,8 +293,8 @@ class UsageWriter:
                      "request_time_ms": round(t.request_time_ms, 3), "new_producer_ids": t.new_producer_ids,
                      "partitions_mutated": t.partitions_mutated, "connections": t.connections},
                     dict(zip(usage.GROUPS, t.requests, strict=True)),
-                    dict(zip(usage.THROTTLE_TYPES, t.throttle_ms, strict=True)),
-                    dict(zip(usage.THROTTLE_TYPES, t.throttled, strict=True)), quotas, t.topics)
+                    dict(zip(interval.throttle_types, t.throttle_ms, strict=True)),
+                    dict(zip(interval.throttle_types, t.throttled, strict=True)), quotas, t.topics)
                 lines.append(json.dumps(rec, separators=(",", ":")) + "\n")
         return lines
 

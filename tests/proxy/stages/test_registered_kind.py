@@ -1,9 +1,11 @@
 """A quota kind registered in quota/kinds.py and nothing else (issue 38's toy kind): a cap on a
 client's ListGroups requests per second, end to end in-process against a scripted broker on the
 fake clock: configured in the quota file, enforced with Kafka's throttle, set and described
-through the admin API, and metered."""
+through the admin API, metered, and logged in the usage log."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from kafka_quota_proxy.protocol.api_keys import LIST_GROUPS
 from kafka_quota_proxy.quota.entities import QuotaKey
@@ -24,6 +26,7 @@ from tests.proxy.quota_support import (
     run,
     scope,
 )
+from tests.support.usage import usage_records
 
 # The one registry line: the kind's key, its throttles' quota_type, Kafka's INT value type, an
 # extension (Kafka does not know it), and the requests it counts.
@@ -31,12 +34,14 @@ LIST_GROUPS_RATE = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups"
                              extension=True, counts=frozenset({LIST_GROUPS}))
 
 
-def test_a_registered_request_rate_kind_is_configured_enforced_described_and_metered() -> None:
+def test_a_registered_request_rate_kind_is_configured_enforced_described_metered_and_logged(
+        tmp_path: Path) -> None:
     script = Script()
 
     async def scenario() -> None:
         with registered(LIST_GROUPS_RATE):
-            async with running(script, quotas=[{"client-id": "c", "list_groups_request_rate": 2}]) as h:
+            async with running(script, quotas=[{"client-id": "c", "list_groups_request_rate": 2}],
+                               usage_log={"dir": str(tmp_path), "instance": "t"}) as h:
                 freeze(h)
                 c = await connect(h)
                 # Kafka's Rate on a new sensor spans (11 - 1) windows of 1 s, so 20 ListGroups
@@ -63,3 +68,12 @@ def test_a_registered_request_rate_kind_is_configured_enforced_described_and_met
                 assert entries(described) == {(("client-id", "c"),): {"list_groups_request_rate": 30.0}}
                 admin.close()
     run(scenario())
+    # the usage log, written at shutdown (the run may straddle an interval's end: summed): the
+    # kind's throttle and its quota in force beside the built-in kinds'
+    mine = [r for r in usage_records(tmp_path, "t") if r["client_id"] == "c"]
+    throttled = {t: sum(r["throttled"][t] for r in mine) for t in mine[0]["throttled"]}
+    assert throttled == {"produce": 0, "fetch": 0, "request": 0, "controller_mutation": 0,
+                         "producer_ids": 0, "list_groups": 1}
+    assert sum(r["throttle_ms"]["list_groups"] for r in mine) == 500
+    assert sum(r["requests"]["group"] for r in mine) == 21
+    assert mine[-1]["quotas"]["list_groups_request_rate"] == 30.0
