@@ -110,6 +110,9 @@ class QuotaCollector(Collector):
         local_rate = GaugeMetricFamily(P + "byte_rate_local", "With a shared store: this replica's "
                                        "own part of byte_rate (byte_rate is every replica's)",
                                        labels=["quota_type", *LABELS])
+        request_rate = GaugeMetricFamily(P + "request_rate", "Measured requests/s per quota entity, "
+                                         "for each request-rate kind (QuotaKind.counts)",
+                                         labels=["quota_type", *LABELS])
         for scope, managers in engine.scopes():
             for manager, family in ((managers.produce, byte_rate), (managers.fetch, byte_rate),
                                     (managers.request, request_time)):
@@ -127,13 +130,22 @@ class QuotaCollector(Collector):
                     bound = manager.resolver.quota((user, client))
                     if bound is not None:
                         limit.add_metric([manager.key.value, *labels], bound)
+            for manager in managers.counted.values():  # the request-rate kinds, quota/kinds.py
+                for key, stat in manager.sensors.entries(now):
+                    if isinstance(stat, Rate):
+                        _, user, client = cast(tuple[str, str, str], key)
+                        labels = [manager.key.value, scope, user, client]
+                        request_rate.add_metric(labels, stat.measure(now))
+                        bound = manager.resolver.quota((user, client))
+                        if bound is not None:
+                            limit.add_metric(labels, bound)
             for key, stat in managers.mutation.sensors.entries(now):
                 if isinstance(stat, TokenBucket):
                     _, user, client = cast(tuple[str, str, str], key)
                     tokens.add_metric([scope, user, client], stat.tokens(now))
                     mutation_rate.add_metric([scope, user, client], stat.rate_per_s)
         yield from self._producer_ids(now, limit)
-        yield from (byte_rate, local_rate, request_time, mutation_rate, tokens, limit)
+        yield from (byte_rate, local_rate, request_time, mutation_rate, tokens, limit, request_rate)
         yield from self._topics(now)
 
         throttle_ms = CounterMetricFamily(P + "throttle_time_ms", "Throttle time applied (or, in "

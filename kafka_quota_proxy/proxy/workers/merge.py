@@ -64,6 +64,7 @@ RULES: dict[str, Rule] = {
     P + "byte_rate": _max_if_shared,
     P + "byte_rate_local": SUM,  # each worker's own part (with a store only)
     P + "request_time_percent": SUM,  # local by design: percent of one thread per worker
+    P + "request_rate": SUM,  # a request-rate kind's (QuotaKind.counts): each worker's own count
     P + "mutation_rate": MAX,  # the bucket's refill rate: the controller_mutation_rate quota
     P + "mutation_tokens": _max_if_shared,  # own buckets, or buckets charged with all spending
     P + "throttle_time_ms": SUM,

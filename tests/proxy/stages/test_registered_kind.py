@@ -56,6 +56,11 @@ def test_a_registered_request_rate_kind_is_configured_enforced_described_metered
                               user="ANONYMOUS", client_id="c") == 1
                 assert metric(h, "kafka_quota_proxy_throttle_time_ms_total", quota_type="list_groups",
                               user="ANONYMOUS", client_id="c") == 500
+                # the rate on its sensor, tagged as Kafka tags it: a client-id quota's has no user
+                entity = {"quota_type": "list_groups_request_rate", "scope": scope(h), "user": "",
+                          "client_id": "c"}
+                assert metric(h, "kafka_quota_proxy_request_rate", **entity) == 2.1
+                assert metric(h, "kafka_quota_proxy_quota_limit", **entity) == 2.0
                 c.close()
                 # the admin API, on a connection of a client-id without the quota
                 admin = await connect(h, client_id="admin")
