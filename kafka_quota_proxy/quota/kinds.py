@@ -6,8 +6,10 @@ registered since (`register`), so a registered kind's key is configured, validat
 through the admin API as a built-in one is.
 
 Kafka is the model: one QuotaType enum (ClientQuotaManager's QuotaType) names each kind, its
-config key and its sensor's name. The managers, the metrics and the usage log still name the
-kinds they serve themselves; issue 38 moves them here step by step.
+config key and its sensor's name. A request-rate kind (`QuotaKind.counts`) is enforced, metered
+and logged by the shared manager and stage (docs/architecture.md, "A new quota kind"); the
+built-in kinds' managers, stages and metrics still name the kinds they serve themselves, which
+issue 38 moves here step by step.
 """
 
 from __future__ import annotations
