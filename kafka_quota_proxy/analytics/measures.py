@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import QuotaKind, tenant_kinds
+from kafka_quota_proxy.quota.kinds import QuotaKind, client_keys, tenant_kinds, topic_keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,16 +32,18 @@ def _measure(kind: QuotaKind) -> Measure:
     return Measure(kind.measure, kind.key, kind.usage_counter, kind.throttle_type, kind.unit, kind.title)
 
 
-MEASURES = tuple(_measure(kind) for kind in tenant_kinds())
+# The kinds the pipeline reports: those with a usage counter and a measure (the built-in tenant
+# kinds; a kind registered with neither is in the usage log's throttles and quotas only).
+MEASURES = tuple(_measure(kind) for kind in tenant_kinds() if kind.measure is not None)
 BY_NAME = {m.name: m for m in MEASURES}
 BY_KEY = {m.key: m for m in MEASURES}
 PRODUCE, FETCH = BY_KEY[QuotaKey.PRODUCER_BYTE_RATE], BY_KEY[QuotaKey.CONSUMER_BYTE_RATE]
 REQUEST, MUTATIONS = BY_KEY[QuotaKey.REQUEST_PERCENTAGE], BY_KEY[QuotaKey.CONTROLLER_MUTATION_RATE]
 PRODUCER_IDS = BY_KEY[QuotaKey.PRODUCER_IDS_RATE]
 # The measures whose quota is set per (user, client-id); producer_ids_rate is per user only.
-CLIENT_MEASURES = tuple(BY_KEY[kind.key] for kind in tenant_kinds() if kind.clients)
+CLIENT_MEASURES = tuple(m for m in MEASURES if m.key in client_keys())
 # The measures a topic quota limits (usage_log.topics), with the same keys as a client's.
-TOPIC_MEASURES = tuple(BY_KEY[kind.key] for kind in tenant_kinds() if kind.topic)
+TOPIC_MEASURES = tuple(m for m in MEASURES if m.key in topic_keys())
 
 
 def per_second(measure: Measure) -> float:
