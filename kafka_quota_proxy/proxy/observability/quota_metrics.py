@@ -114,31 +114,25 @@ class QuotaCollector(Collector):
                                          "for each request-rate kind (QuotaKind.counts)",
                                          labels=["quota_type", *LABELS])
         for scope, managers in engine.scopes():
-            for manager, family in ((managers.produce, byte_rate), (managers.fetch, byte_rate),
-                                    (managers.request, request_time)):
+            # byte rates, request time, and each request-rate kind's (QuotaKind.counts)
+            rates = ((managers.produce, byte_rate), (managers.fetch, byte_rate),
+                     (managers.request, request_time),
+                     *((manager, request_rate) for manager in managers.counted.values()))
+            for manager, family in rates:
                 for key, stat in manager.sensors.entries(now):
                     _, user, client = cast(tuple[str, str, str], key)
                     labels = [scope, user, client]
                     if not isinstance(stat, Rate):
                         continue
-                    if family is byte_rate:
+                    if family is request_time:
+                        family.add_metric(labels, stat.measure(now))
+                    else:
                         family.add_metric([manager.key.value, *labels], stat.measure(now))
                         if isinstance(stat, SharedRate):
                             local_rate.add_metric([manager.key.value, *labels], Rate.measure(stat, now))
-                    else:
-                        family.add_metric(labels, stat.measure(now))
                     bound = manager.resolver.quota((user, client))
                     if bound is not None:
                         limit.add_metric([manager.key.value, *labels], bound)
-            for manager in managers.counted.values():  # the request-rate kinds, quota/kinds.py
-                for key, stat in manager.sensors.entries(now):
-                    if isinstance(stat, Rate):
-                        _, user, client = cast(tuple[str, str, str], key)
-                        labels = [manager.key.value, scope, user, client]
-                        request_rate.add_metric(labels, stat.measure(now))
-                        bound = manager.resolver.quota((user, client))
-                        if bound is not None:
-                            limit.add_metric(labels, bound)
             for key, stat in managers.mutation.sensors.entries(now):
                 if isinstance(stat, TokenBucket):
                     _, user, client = cast(tuple[str, str, str], key)
