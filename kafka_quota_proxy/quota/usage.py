@@ -95,7 +95,6 @@ GROUPS = (*API_GROUPS, "other")
 _GROUP_OF = {key: group for group, keys in API_GROUPS.items() for key in keys}
 
 
-
 def throttle_types() -> tuple[str, ...]:
     """A record's throttle_ms and throttled keys: each tenant kind's throttle type, in the
     registry's order (quota/kinds.py), a registered kind's included."""
@@ -131,6 +130,7 @@ def record(start_ms: int, interval_s: int, instance: str, user: str, client_id: 
            topics: dict[str, list[int]] | None = None) -> dict[str, Any]:
     """A complete version-2 record; missing counters and groups are 0, missing quotas null.
     `topics`: topic -> its TOPIC_COUNTERS, in that order ({} when not counted)."""
+    types = throttle_types()
     return {
         "v": VERSION,
         "start_ms": start_ms,
@@ -140,8 +140,8 @@ def record(start_ms: int, interval_s: int, instance: str, user: str, client_id: 
         "client_id": client_id,
         **{name: counters.get(name, 0) for name in COUNTERS},
         "requests": {g: requests.get(g, 0) for g in GROUPS},
-        "throttle_ms": {t: throttle_ms.get(t, 0) for t in throttle_types()},
-        "throttled": {t: throttled.get(t, 0) for t in throttle_types()},
+        "throttle_ms": {t: throttle_ms.get(t, 0) for t in types},
+        "throttled": {t: throttled.get(t, 0) for t in types},
         "quotas": {k.value: quotas.get(k.value) for k in quota_keys()},
         "topics": {name: dict(zip(TOPIC_COUNTERS, counts, strict=True))
                    for name, counts in (topics or {}).items()},

@@ -29,7 +29,7 @@ from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCHES, P
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.quota import usage
-from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import user_only_keys
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.usage")
@@ -279,6 +279,7 @@ class UsageWriter:
 
     def _records(self, interval: Interval) -> list[str]:
         resolvers = {key: QuotaResolver(interval.quotas, key) for key in usage.quota_keys()}
+        by_user = user_only_keys()  # a user's alone (producer ids): resolved without a client-id
         seconds = self.settings.interval_seconds
         lines = []
         for user, by_client in interval.tenants.items():
@@ -286,7 +287,7 @@ class UsageWriter:
                 quotas: dict[str, float | None] = {}
                 for key, resolver in resolvers.items():
                     quotas[key.value] = resolver.resolve(
-                        user, None if key == QuotaKey.PRODUCER_IDS_RATE else client_id).quota
+                        user, None if key in by_user else client_id).quota
                 rec = usage.record(
                     interval.start_ms, seconds, self.instance, user, client_id,
                     {"produce_bytes": t.produce_bytes, "fetch_bytes": t.fetch_bytes,
