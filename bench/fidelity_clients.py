@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from bench.fidelity_reading import Outcome, client_metrics, responses, throttles
-from bench.many_connections import CLIENT_ID, read, throttle_cb
+from bench.many_connections import CLIENT_ID, read, requests_sent, throttle_cb
 from devkit.kafka_jvm import QUIET_LOG4J2, java_command, lib_dir
 from devkit.producing import Timeline, produce
 
@@ -122,11 +122,5 @@ def rdkafka_read(bootstrap: str, topic: str, group: str, fetch: int, seconds: fl
                  "statistics.interval.ms": 1000, "stats_cb": stats.append})
     out.throttles = told
     if stats:
-        out.responses = requests_sent(stats[-1], "Fetch")
+        out.responses = requests_sent(json.loads(stats[-1]).get("brokers", {}).values(), "Fetch")
     return timeline
-
-
-def requests_sent(text: str, api: str) -> int:
-    """The requests of `api` (librdkafka's name: Produce, Fetch, ...) a librdkafka client's
-    statistics `text` say it sent to all brokers."""
-    return sum(b.get("req", {}).get(api, 0) for b in json.loads(text).get("brokers", {}).values())

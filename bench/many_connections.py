@@ -39,7 +39,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any
@@ -297,7 +297,13 @@ def client_counts(texts: Sequence[str]) -> tuple[int, int, int]:
         return 0, 0, 0
     brokers = json.loads(texts[-1]).get("brokers", {}).values()
     return (sum(b.get("req_timeouts", 0) for b in brokers), sum(b.get("connects", 0) for b in brokers),
-            sum(b.get("req", {}).get("Produce", 0) for b in brokers))
+            requests_sent(brokers, "Produce"))
+
+
+def requests_sent(brokers: Iterable[dict[str, Any]], api: str) -> int:
+    """The requests of `api` (librdkafka's name: Produce, Fetch, ...) a librdkafka client sent to
+    `brokers` (its statistics' `brokers` entries, the last interval's: counters)."""
+    return sum(b.get("req", {}).get(api, 0) for b in brokers)
 
 
 def stalls(done: Callable[[float], int], start: float, end: float,

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from bench.fidelity_clients import produce_statistics, requests_sent
+from bench.fidelity_clients import produce_statistics
 from bench.fidelity_reading import (
     FAILED,
     REFUSED,
@@ -29,7 +29,7 @@ from bench.fidelity_reading import (
 from bench.fidelity_table import gap, medians, rows_of, write_timeline
 from bench.fidelity_workloads import CREATE_TOPICS, MUTATIONS, PARTITIONS, SCRAM_QUOTAS, SCRAM_TENANTS
 from bench.kafka_fidelity import CASES, SHARE_CONSUME
-from bench.many_connections import QUOTA, throttle_cb
+from bench.many_connections import QUOTA, requests_sent, throttle_cb
 from bench.shared_accuracy import SLIDING_S, fullest, fullest_between_readings
 from devkit.producing import Timeline
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
@@ -65,11 +65,10 @@ def test_the_responses_of_the_quotas_api_the_java_client_logged_are_counted() ->
 
 
 def test_the_fetch_requests_librdkafkas_statistics_count_over_its_brokers() -> None:
-    text = json.dumps({"brokers": {"a": {"nodeid": 1, "req": {"Fetch": 40, "Metadata": 2}},
-                                   "b": {"nodeid": 2, "req": {"Fetch": 2}},
-                                   "bootstrap": {"nodeid": -1, "req": {"Metadata": 1}}}})
-    assert requests_sent(text, "Fetch") == 42
-    assert requests_sent(text, "Produce") == 0
+    brokers = [{"nodeid": 1, "req": {"Fetch": 40, "Metadata": 2}}, {"nodeid": 2, "req": {"Fetch": 2}},
+               {"nodeid": -1, "req": {"Metadata": 1}}]
+    assert requests_sent(brokers, "Fetch") == 42
+    assert requests_sent(brokers, "Produce") == 0
 
 
 def test_the_throttle_per_response_counts_the_unthrottled_ones_as_nothing() -> None:
