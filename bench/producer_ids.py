@@ -73,7 +73,7 @@ def _stage(with_quota: bool) -> tuple[QuotaCharge, Callable[[memoryview], Reques
     if with_quota:
         quotas[QuotaEntity(user=DEFAULT)] = {QuotaKey.PRODUCER_IDS_RATE: 1e6}
     engine = QuotaEngine(QuotaSettings(), QuotaStore(quotas), clock=lambda: 1_000_000)
-    stage = QuotaCharge(engine, lambda topic: 1)
+    stage = QuotaCharge(engine)
     info = ConnectionInfo("127.0.0.1", "bench")
     info.principal = "alice"
     info.upstream = "127.0.0.1:9092"

@@ -70,7 +70,7 @@ def produce_ns(key: QuotaKey | None, shared: bool = False) -> float:
     """One Produce request through the request stage that charges it, and the response stages'
     checks of whether they have anything to do, from each tenant in turn."""
     engine = _engine(key, shared)
-    charge, settle, merge = QuotaCharge(engine, lambda topic: 1), QuotaSettle(engine), ThrottleMerge()
+    charge, settle, merge = QuotaCharge(engine), QuotaSettle(engine), ThrottleMerge()
     batch = record_batch(1, 1024)
     ctxs = _contexts([produce_frame("bench", 0, batch, f"tenant-{i:03d}") for i in range(TENANTS)], engine)
     turn = iter(range(10**12))
@@ -88,7 +88,7 @@ def fetch_ns(key: QuotaKey | None, shared: bool = False) -> float:
     """One Fetch: the request stage (which caps max_bytes) and the settle stage charging a 1 MiB
     response from its head, as a streamed response is charged."""
     engine = _engine(key, shared)
-    charge, settle = QuotaCharge(engine, lambda topic: 1), QuotaSettle(engine)
+    charge, settle = QuotaCharge(engine), QuotaSettle(engine)
     ctxs = _contexts([fetch_frame("bench", 0, 0, 1 << 20, f"tenant-{i:03d}") for i in range(TENANTS)], engine)
     assert FETCH_VERSION == 12, "FETCH_HEAD is laid out for Fetch v12"
     head = memoryview(FETCH_HEAD)

@@ -24,6 +24,7 @@ from kafka_quota_proxy.proxy.stages.api_versions import ApiVersionsGate, ApiVers
 from kafka_quota_proxy.proxy.stages.base import RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.broker_addresses import BrokerAddresses
 from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuotasApi
+from kafka_quota_proxy.proxy.stages.controller_mutations import ControllerMutationCharge
 from kafka_quota_proxy.proxy.stages.create_topics_limit import CreateTopicsLimit
 from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchAsV15
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
@@ -84,7 +85,7 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     if topic_usage:  # after the topic quotas, which count what they measure themselves
         request.append(ProduceTopicBytes(engine.leadership))
         response.append(FetchTopicBytes(engine.leadership))
-    request.append(QuotaCharge(engine, cluster.topic_partitions))
+    request += [QuotaCharge(engine), ControllerMutationCharge(engine, cluster.topic_partitions)]
     if counted := counted_kinds():  # the request-rate kinds registered in quota/kinds.py
         request.append(RequestCounts(engine, counted))
     response += [QuotaSettle(engine), ThrottleMerge()]

@@ -48,7 +48,7 @@ from kafka_quota_proxy.proxy.quota_runtime.audit import QuotaAudit
 from kafka_quota_proxy.proxy.quota_runtime.control import QuotaControl
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.reload import watch_config
-from kafka_quota_proxy.proxy.stages.quota_charge import mutation_permits
+from kafka_quota_proxy.proxy.stages.controller_mutations import mutation_permits
 from kafka_quota_proxy.proxy.stages.sasl_inspect import SaslInspect
 from kafka_quota_proxy.proxy.stages.sasl_principals import Principals
 from kafka_quota_proxy.proxy.stages.sasl_terminate import SaslTerminate

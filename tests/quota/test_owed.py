@@ -214,7 +214,7 @@ def test_a_produce_waits_unread_for_what_its_connection_owes() -> None:
     fleet.record(1, 12_000_000, 250)
     fleet.record(0, 500_000, 280)
     fleet.sync(300)
-    charge = QuotaCharge(fleet.engines[0], lambda topic: None)
+    charge = QuotaCharge(fleet.engines[0])
     fleet.now[0] = 300
     first = fleet.engines[0]
     assert charge.hold_ms(_ctx(PRODUCE, fleet.handles[0], first)) == 2290
@@ -228,5 +228,5 @@ def test_without_a_store_kafkas_mode_holds_nothing() -> None:
     engine = QuotaEngine(QuotaSettings(), store, clock=lambda: 0)
     handles: Handles = {}
     engine.scope("broker").produce.record_and_get_throttle_ms("", "c", 50_000_000, 0, handles)
-    assert QuotaCharge(engine, lambda topic: None).hold_ms(_ctx(PRODUCE, handles, engine)) == 0
+    assert QuotaCharge(engine).hold_ms(_ctx(PRODUCE, handles, engine)) == 0
     assert handles[engine.scope("broker").produce].owed == []

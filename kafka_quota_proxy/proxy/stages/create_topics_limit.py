@@ -19,7 +19,7 @@ from kafka_quota_proxy.protocol.api_keys import CREATE_TOPICS
 from kafka_quota_proxy.protocol.error_codes import POLICY_VIOLATION
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
-from kafka_quota_proxy.proxy.stages.quota_charge import DEFAULT_NUM_PARTITIONS
+from kafka_quota_proxy.proxy.stages.controller_mutations import DEFAULT_NUM_PARTITIONS
 
 MAX_PARTITIONS_PER_REQUEST = 10_000  # Kafka's MAX_PARTITIONS_PER_BATCH
 TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."  # Kafka's words

@@ -1,6 +1,6 @@
 """The request stage of the quotas: picks the managers a request is charged to, and charges what
-is known before the broker sees it: Produce bytes, the Fetch and ShareFetch max_bytes cap,
-producer ids, and strict controller-mutation checks (KIP-599).
+is known before the broker sees it: Produce bytes, the Fetch and ShareFetch max_bytes cap, and
+producer ids. Controller mutations (KIP-599) are their own stage (controller_mutations.py).
 
 Produce bytes at arrival. A broker reads one request per connection at a time and charges
 Produce bytes as it answers, so a client over quota is muted after one request. The proxy keeps
@@ -23,24 +23,7 @@ first burst through), has its connection read one request at a time, as a broker
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
-from kafka.protocol.admin.topics import (
-    CreatePartitionsResponse,
-    CreateTopicsResponse,
-    DeleteTopicsResponse,
-)
-
-from kafka_quota_proxy.protocol.api_keys import (
-    CREATE_PARTITIONS,
-    CREATE_TOPICS,
-    DELETE_TOPICS,
-    FETCH,
-    FETCHES,
-    PRODUCE,
-    SHARE_FETCH,
-)
+from kafka_quota_proxy.protocol.api_keys import FETCH, FETCHES, PRODUCE, SHARE_FETCH
 from kafka_quota_proxy.protocol.error_codes import THROTTLING_QUOTA_EXCEEDED
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
@@ -54,20 +37,13 @@ from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throt
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 
-# Exempt from the request quota, as on a broker: nothing can be charged before authentication.
-# Strict (KIP-599) from these versions: over quota is refused, not throttled afterwards.
-STRICT_FROM = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
 # What a Produce refused for the producer-id quota (action `reject`) fails its partitions with:
 # THROTTLING_QUOTA_EXCEEDED, the error KIP-599 made for a quota that refuses instead of delaying.
 # The Java producer retries it (ThrottlingQuotaExceededException is retriable) until
 # delivery.timeout.ms; kafka-python retries it too; librdkafka and aiokafka do not know it for
 # Produce and fail the messages at once with this error. docs/producer-id-quotas.md has more.
 PRODUCER_ID_REFUSAL = THROTTLING_QUOTA_EXCEEDED
-THROTTLING_MESSAGE = "The throttling quota has been exceeded."
-DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions default, for CreateTopics with -1
 PACED = frozenset({PRODUCE, FETCH, SHARE_FETCH})  # held for their turn when paced (`hold_ms`)
-
-TopicPartitions = Callable[[str], int | None]  # partition count of a topic, if known
 
 
 class QuotaCharge(RequestStage):
@@ -75,9 +51,8 @@ class QuotaCharge(RequestStage):
 
     holds = PACED
 
-    def __init__(self, engine: QuotaEngine, topic_partitions: TopicPartitions) -> None:
+    def __init__(self, engine: QuotaEngine) -> None:
         self.engine = engine
-        self.topic_partitions = topic_partitions
 
     def hold_ms(self, ctx: RequestContext) -> int:
         """`quota.byte_rate_enforcement: paced`: a Produce, Fetch or ShareFetch waits unread
@@ -164,8 +139,6 @@ class QuotaCharge(RequestStage):
             if throttle_ms:
                 throttle(engine, ctx, QuotaKey.PRODUCER_BYTE_RATE, throttle_ms, now)
             conn.read_alone = over
-        elif key in STRICT_FROM:
-            return self._mutation(ctx, q, now, switches.enforcing)
         return None
 
     def _producer_ids(self, ctx: RequestContext, manager: ProducerIdQuotaManager, user: str,
@@ -209,68 +182,3 @@ class QuotaCharge(RequestStage):
         if quota is None:
             return float(window_max)
         return min(window_max, quota * self.engine.config.window_ms / 1000)
-
-    def _mutation(self, ctx: RequestContext, q: ScopeManagers, now: int, enforcing: bool) -> Reply | None:
-        engine = self.engine
-        user, client_id = client_of(ctx)
-        request = ctx.decode_request()
-        permits = ctx.charge().permits = mutation_permits(ctx.api_key, request, self.topic_partitions)
-        if ctx.api_version >= STRICT_FROM[ctx.api_key] and enforcing:
-            accepted, throttle_ms = q.mutation.record_strict(user, client_id, permits, now)
-            if not accepted:
-                throttle(engine, ctx, QuotaKey.CONTROLLER_MUTATION_RATE, throttle_ms, now)
-                return Reply(_refusal(ctx.api_key, ctx.api_version, request, throttle_ms))
-            return None
-        throttle(engine, ctx, QuotaKey.CONTROLLER_MUTATION_RATE,
-                 q.mutation.record_permissive(user, client_id, permits, now), now)
-        return None
-
-
-def mutation_permits(api_key: int, request: Any, topic_partitions: TopicPartitions) -> int:
-    """Partitions created or deleted by a decoded CreateTopics, CreatePartitions or DeleteTopics
-    request, as KIP-599 counts them."""
-    if api_key == CREATE_TOPICS:
-        total = 0
-        for topic in request.topics:
-            if topic.assignments:
-                total += len(topic.assignments)
-            else:
-                total += topic.num_partitions if topic.num_partitions > 0 else DEFAULT_NUM_PARTITIONS
-        return total
-    if api_key == CREATE_PARTITIONS:
-        total = 0
-        for topic in request.topics:
-            current = topic_partitions(topic.name)
-            total += max(topic.count - current, 0) if current is not None else topic.count
-        return total
-    names = (request.topic_names or []) if request.API_VERSION < 6 else [t.name for t in request.topics]
-    # A topic named only by id (v6+) counts too: its partition count is not known here.
-    return sum((topic_partitions(name) if name else None) or 1 for name in names)
-
-
-def _refusal(api_key: int, version: int, request: Any, throttle_ms: int) -> bytes:
-    """The strict-mode answer: every topic fails with THROTTLING_QUOTA_EXCEEDED."""
-    if api_key == CREATE_TOPICS:
-        cls: Any = CreateTopicsResponse
-        topics = [cls.CreatableTopicResult(name=t.name, error_code=THROTTLING_QUOTA_EXCEEDED,
-                                           error_message=THROTTLING_MESSAGE, num_partitions=-1,
-                                           replication_factor=-1, configs=None)
-                  for t in request.topics]
-        msg = cls(version=version, throttle_time_ms=throttle_ms, topics=topics)
-    elif api_key == CREATE_PARTITIONS:
-        cls = CreatePartitionsResponse
-        msg = cls(version=version, throttle_time_ms=throttle_ms, results=[
-            cls.CreatePartitionsTopicResult(name=t.name, error_code=THROTTLING_QUOTA_EXCEEDED,
-                                            error_message=THROTTLING_MESSAGE)
-            for t in request.topics])
-    else:
-        cls = DeleteTopicsResponse
-        names = (request.topic_names or []) if version < 6 else [t.name for t in request.topics]
-        ids = [None] * len(names) if version < 6 else [t.topic_id for t in request.topics]
-        msg = cls(version=version, throttle_time_ms=throttle_ms, responses=[
-            cls.DeletableTopicResult(name=n, topic_id=i, error_code=THROTTLING_QUOTA_EXCEEDED,
-                                     error_message=THROTTLING_MESSAGE)
-            for n, i in zip(names, ids, strict=True)])
-    return bytes(msg.encode(version=version))
-
-
