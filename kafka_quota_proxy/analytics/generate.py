@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from kafka_quota_proxy.analytics.measures import MEASURES
 from kafka_quota_proxy.analytics.readable import round_up_bytes
 from kafka_quota_proxy.quota import usage
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import BUILT_IN_KEYS
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 DEFAULT_START = "2026-01-05"  # a Monday
@@ -145,7 +147,7 @@ def _quotas(names: list[tuple[str, str, bool]]) -> dict[QuotaEntity, dict[QuotaK
 def _profile(rng: np.random.Generator, user: str, client: str, consumer_only: bool,
              quotas: dict[QuotaEntity, dict[QuotaKey, float]]) -> TenantProfile:
     store = QuotaStore(quotas)
-    in_force = {k.value: QuotaResolver(store, k).resolve(user, client).quota for k in usage.QUOTA_KEYS}
+    in_force = {k.value: QuotaResolver(store, k).resolve(user, client).quota for k in usage.quota_keys()}
     return TenantProfile(
         user=user, client_id=client,
         produce_bps=0.0 if consumer_only else MEDIAN_PRODUCE_BPS * rng.uniform(0.6, 1.4),
@@ -167,7 +169,8 @@ def _inject_outliers(rng: np.random.Generator, profiles: list[TenantProfile], k:
     if k > len(candidates):
         raise GenerateError(f"--outliers: only {len(candidates)} tenants produce, asked for {k}")
     chosen = sorted(rng.choice(candidates, size=k, replace=False).tolist()) if k else []
-    order = ["produce", "fetch", "request", "mutations", "producer_ids"]
+    # the built-in kinds' measures, whose demand the profiles model (registered kinds have none)
+    order = [m.name for m in MEASURES if m.key in BUILT_IN_KEYS]
     turn = int(rng.integers(0, len(order)))
     out = list(profiles)
     for i in chosen:

@@ -42,9 +42,9 @@ def usage_schema() -> StructType:
         StructField("client_id", StringType()),
         *(StructField(c, DoubleType()) for c in usage.COUNTERS),
         StructField("requests", group(usage.GROUPS)),
-        StructField("throttle_ms", group(usage.THROTTLE_TYPES)),
-        StructField("throttled", group(usage.THROTTLE_TYPES)),
-        StructField("quotas", group(tuple(k.value for k in usage.QUOTA_KEYS))),
+        StructField("throttle_ms", group(usage.throttle_types())),
+        StructField("throttled", group(usage.throttle_types())),
+        StructField("quotas", group(tuple(k.value for k in usage.quota_keys()))),
         StructField("topics", MapType(StringType(), group(usage.TOPIC_COUNTERS))),
         StructField(CORRUPT, StringType()),
     ])
@@ -96,10 +96,10 @@ def flatten(records: DataFrame) -> DataFrame:
         columns.append((value if c == "request_time_ms" else value.cast(LongType())).alias(c))
     columns += [_count(col(f"requests.{g}")).cast(LongType()).alias(f"requests_{g}") for g in usage.GROUPS]
     columns += [_count(col(f"throttle_ms.{t}")).cast(LongType()).alias(f"throttle_{t}_ms")
-                for t in usage.THROTTLE_TYPES]
+                for t in usage.throttle_types()]
     columns += [_count(col(f"throttled.{t}")).cast(LongType()).alias(f"throttled_{t}")
-                for t in usage.THROTTLE_TYPES]
-    columns += [col(f"quotas.{k.value}").alias(f"quota_{k.value}") for k in usage.QUOTA_KEYS]
+                for t in usage.throttle_types()]
+    columns += [col(f"quotas.{k.value}").alias(f"quota_{k.value}") for k in usage.quota_keys()]
     columns.append(col("topics"))
     return records.select(*columns)
 

@@ -16,12 +16,15 @@ import numpy as np
 import pandas as pd
 
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import byte_rate_kinds
 from kafka_quota_proxy.quota.managers import ClientQuotaManager
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalSensors
 
-KINDS: dict[str, QuotaKey] = {"produce": QuotaKey.PRODUCER_BYTE_RATE, "fetch": QuotaKey.CONSUMER_BYTE_RATE}
+# What is replayed: the byte rates (quota/kinds.py), by their measure's name ("produce", "fetch"),
+# which is also the name of the requests' group in a usage record.
+KINDS: dict[str, QuotaKey] = {kind.measure or kind.key.value: kind.key for kind in byte_rate_kinds()}
 MAX_REQUESTS_PER_INTERVAL = 10
 # The bound is compared with a sum of floats; stay clear of the last bit.
 _SAFETY = 1 - 1e-9

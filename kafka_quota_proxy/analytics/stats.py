@@ -44,10 +44,10 @@ def tenant_intervals(records: DataFrame) -> DataFrame:
     only (no partial sketches of every tenant in every task)."""
     sums = [F.sum(c).alias(c) for c in usage.COUNTERS]
     sums += [F.sum(f"requests_{g}").alias(f"requests_{g}") for g in usage.GROUPS]
-    sums += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.THROTTLE_TYPES]
-    sums += [F.sum(f"throttled_{t}").alias(f"throttled_{t}") for t in usage.THROTTLE_TYPES]
+    sums += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.throttle_types()]
+    sums += [F.sum(f"throttled_{t}").alias(f"throttled_{t}") for t in usage.throttle_types()]
     sums += [F.sum(_demand_amount(m)).alias(f"demand_{m.amount}") for m in MEASURES]
-    quotas = [F.max(f"quota_{k.value}").alias(f"quota_{k.value}") for k in usage.QUOTA_KEYS]
+    quotas = [F.max(f"quota_{k.value}").alias(f"quota_{k.value}") for k in usage.quota_keys()]
     merged = (records.repartition(*TENANT).groupBy(*TENANT, "start_ms")
               .agg(F.max("interval_s").alias("interval_s"), *sums, *quotas))
     rates = []
@@ -56,7 +56,7 @@ def tenant_intervals(records: DataFrame) -> DataFrame:
                   (F.col(f"demand_{m.amount}") * per_second(m) / F.col("interval_s"))
                   .alias(f"demand_{m.name}_rate")]
     interval_ms = F.col("interval_s") * 1000
-    worst = F.greatest(*(F.col(f"throttle_{t}_ms") for t in usage.THROTTLE_TYPES))
+    worst = F.greatest(*(F.col(f"throttle_{t}_ms") for t in usage.throttle_types()))
     return merged.select(
         "*", *rates,
         F.least(worst, interval_ms).alias("throttled_ms"),
@@ -77,7 +77,7 @@ def tenant_report(intervals: DataFrame, records: DataFrame) -> DataFrame:
     totals = [F.sum(c).alias(c) for c in usage.COUNTERS]
     totals.append(F.sum(sum((F.col(f"requests_{g}") for g in usage.GROUPS), F.lit(0))).alias("requests"))
     totals += [F.sum(f"requests_{g}").alias(f"requests_{g}") for g in usage.GROUPS]
-    totals += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.THROTTLE_TYPES]
+    totals += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.throttle_types()]
     stats: list[Column] = []
     for m in MEASURES:
         stats += _percentiles(f"{m.name}_rate")
@@ -85,7 +85,7 @@ def tenant_report(intervals: DataFrame, records: DataFrame) -> DataFrame:
         stats.append(demand.alias(f"demand_{m.name}_p99"))
     shares = [F.avg("throttled_interval").alias("throttled_interval_share"),
               (F.sum("throttled_ms") / F.sum(F.col("interval_s") * 1000)).alias("throttled_time_share")]
-    quotas = [F.max_by(f"quota_{k.value}", "start_ms").alias(f"quota_{k.value}") for k in usage.QUOTA_KEYS]
+    quotas = [F.max_by(f"quota_{k.value}", "start_ms").alias(f"quota_{k.value}") for k in usage.quota_keys()]
     report = intervals.groupBy(*TENANT).agg(
         F.min("start_ms").alias("first_ms"),
         F.max(F.col("start_ms") + F.col("interval_s") * 1000).alias("end_ms"),
@@ -100,8 +100,8 @@ def hourly(intervals: DataFrame) -> DataFrame:
     for m in MEASURES:
         aggs += [F.sum(m.amount).alias(m.amount), F.sum(f"demand_{m.amount}").alias(f"demand_{m.amount}"),
                  F.max(f"{m.name}_rate").alias(f"{m.name}_peak")]
-    aggs += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.THROTTLE_TYPES]
-    aggs += [F.max(f"quota_{k.value}").alias(f"quota_{k.value}") for k in usage.QUOTA_KEYS]
+    aggs += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.throttle_types()]
+    aggs += [F.max(f"quota_{k.value}").alias(f"quota_{k.value}") for k in usage.quota_keys()]
     out = intervals.groupBy(*TENANT, "hour_ms", "hour_of_day").agg(*aggs)
     means = [(F.col(m.amount) * per_second(m) / 3600).alias(f"{m.name}_mean") for m in MEASURES]
     return out.select("*", *means, F.timestamp_millis("hour_ms").alias("hour"))

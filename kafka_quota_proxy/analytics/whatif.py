@@ -11,18 +11,19 @@ per-tenant results come back.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 
 import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from kafka_quota_proxy.analytics.measures import FETCH, PRODUCE
+from kafka_quota_proxy.analytics.measures import BY_KEY
 from kafka_quota_proxy.analytics.replay import INPUT_COLUMNS, KINDS, Quotas, replay_unit
 from kafka_quota_proxy.quota.rate import MetricConfig
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
-KIND_MEASURES = {"produce": PRODUCE, "fetch": FETCH}
+KIND_MEASURES = {kind: BY_KEY[key] for kind, key in KINDS.items()}  # the replayed kinds' measures
 UNIT = ["scenario", "kind", "instance", "unit_user", "unit_client"]
 RESULT_SCHEMA = ("scenario string, kind string, instance string, user string, client_id string, "
                  "quota double, demand_bytes long, sent_bytes long, throttle_ms long, "
@@ -46,7 +47,7 @@ def replay_rows(records: DataFrame) -> DataFrame:
             F.col(f"throttle_{m.throttle}_ms").alias("throttle_ms"),
             F.col(f"quota_{m.key.value}").alias("recorded_quota"),
         ).filter((F.col("bytes") > 0) | (F.col("throttle_ms") > 0)))
-    return parts[0].unionByName(parts[1])
+    return functools.reduce(DataFrame.unionByName, parts)
 
 
 def _units(scenarios: Mapping[str, Quotas | None]) -> Frames:

@@ -46,6 +46,10 @@ class QuotaKind:
     # (user, client-id) with Kafka's throttle (the engine's `counted` managers, the RequestCounts
     # stage). Empty for the built-in kinds, whose managers and stages are their own.
     counts: frozenset[int] = frozenset()
+    # A byte rate (KIP-13): the bytes of each request's records on Kafka's Rate, throttled request
+    # by request; `byte_rate_enforcement: paced` may pace it, and the pipeline's what-if replays
+    # it (analytics/replay.py).
+    byte_rate: bool = False
 
     @property
     def whole_number(self) -> bool:
@@ -60,10 +64,10 @@ class QuotaKind:
 BUILT_IN: tuple[QuotaKind, ...] = (
     QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG",  # KIP-13
               usage_counter="produce_bytes", measure="produce", unit="B/s", title="Produce bytes/s",
-              sensor="Produce"),
+              sensor="Produce", byte_rate=True),
     QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG",  # KIP-13
               usage_counter="fetch_bytes", measure="fetch", unit="B/s", title="Fetch bytes/s",
-              sensor="Fetch"),
+              sensor="Fetch", byte_rate=True),
     # KIP-124. The usage log's request_time_ms over an interval, as Kafka's request_percentage
     # counts it: percent of one thread.
     QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request", usage_counter="request_time_ms", measure="request",
@@ -99,6 +103,7 @@ class Registry:
         self.topic = frozenset(k.key for k in kinds if k.topic)
         self.tenant = tuple(k for k in kinds if k.per_tenant)
         self.counted = tuple(k for k in kinds if k.counts)
+        self.byte_rates = tuple(k for k in kinds if k.byte_rate)
 
 
 _known = Registry(BUILT_IN)
@@ -110,6 +115,9 @@ def register(kind: QuotaKind) -> None:
     global _known
     if kind.key in _known.by_key:
         raise ValueError(f"quota key {kind.key.value} is already declared")
+    if kind.byte_rate:
+        raise ValueError(f"quota key {kind.key.value}: a byte rate is built in (its bytes are read by "
+                         "its own stages); a registered kind counts requests (QuotaKind.counts)")
     _known = Registry((*_known.kinds, kind))
 
 
@@ -210,6 +218,11 @@ def counted_kinds() -> tuple[QuotaKind, ...]:
     """The request-rate kinds (`QuotaKind.counts`): registered kinds served by the generic manager
     and stage."""
     return _known.counted
+
+
+def byte_rate_kinds() -> tuple[QuotaKind, ...]:
+    """The byte rates (`QuotaKind.byte_rate`): Produce and Fetch bytes among the built-in kinds."""
+    return _known.byte_rates
 
 
 def throttle_type(key: QuotaKey) -> str:

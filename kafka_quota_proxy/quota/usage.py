@@ -106,11 +106,6 @@ def quota_keys() -> tuple[QuotaKey, ...]:
     return tuple(kind.key for kind in tenant_kinds())
 
 
-# The built-in kinds' throttle types and quota keys: what the pipeline's schema reads
-# (analytics/reading.py); a registered kind's are in the records, and not yet in the reports.
-THROTTLE_TYPES = throttle_types()
-QUOTA_KEYS = quota_keys()
-
 # The record's counters, in the record's layout: each tenant kind's (quota/kinds.py), and the
 # tenant's new connections.
 COUNTERS = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids", "partitions_mutated",

@@ -17,7 +17,16 @@ from kafka_quota_proxy.analytics.measures import (
     Measure,
     per_second,
 )
+from kafka_quota_proxy.analytics.reading import usage_schema
+from kafka_quota_proxy.analytics.replay import KINDS
+from kafka_quota_proxy.analytics.whatif import KIND_MEASURES
+from kafka_quota_proxy.protocol.api_keys import LIST_GROUPS
 from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import QuotaKind, registered
+
+# A registered request-rate kind without a measure (issue 38's toy kind)
+LIST_GROUPS_RATE = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups", value_type="INT",
+                             extension=True, counts=frozenset({LIST_GROUPS}))
 
 
 def test_one_measure_per_tenant_kind_as_the_tables_name_them() -> None:
@@ -41,3 +50,23 @@ def test_one_measure_per_tenant_kind_as_the_tables_name_them() -> None:
 def test_request_time_in_ms_is_a_percentage_of_one_thread() -> None:
     assert per_second(REQUEST) == 0.1
     assert {per_second(m) for m in MEASURES if m is not REQUEST} == {1.0}
+
+
+def test_the_what_if_replays_the_byte_rates_by_their_measures() -> None:
+    assert KINDS == {"produce": QuotaKey.PRODUCER_BYTE_RATE, "fetch": QuotaKey.CONSUMER_BYTE_RATE}
+    assert KIND_MEASURES == {"produce": PRODUCE, "fetch": FETCH}
+
+
+def test_a_registered_kinds_throttles_and_quota_are_in_the_pipelines_schema() -> None:
+    def fields() -> tuple[list[str], list[str]]:
+        schema = usage_schema()
+        return schema["throttle_ms"].dataType.fieldNames(), schema["quotas"].dataType.fieldNames()
+
+    built_in = (["produce", "fetch", "request", "controller_mutation", "producer_ids"],
+                ["producer_byte_rate", "consumer_byte_rate", "request_percentage", "controller_mutation_rate",
+                 "producer_ids_rate"])
+    assert fields() == built_in
+    with registered(LIST_GROUPS_RATE):
+        assert fields() == (built_in[0] + ["list_groups"], built_in[1] + ["list_groups_request_rate"])
+        assert MEASURES == (PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS)  # no measure: no report
+    assert fields() == built_in

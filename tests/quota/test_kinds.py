@@ -20,6 +20,7 @@ from kafka_quota_proxy.quota.kinds import (
     BUILT_IN,
     BUILT_IN_KEYS,
     QuotaKind,
+    byte_rate_kinds,
     client_keys,
     extension_keys,
     ip_keys,
@@ -85,9 +86,9 @@ def test_throttles_are_counted_under_each_kinds_quota_type_and_the_usage_log_kee
     assert [throttle_type(kind.key) for kind in kinds()] == [
         "produce", "fetch", "request", "controller_mutation", "connection_creation_rate", "producer_ids"]
     # The usage log's record layout (quota/usage.py): a tenant's kinds, in the registry's order.
-    assert usage.THROTTLE_TYPES == ("produce", "fetch", "request", "controller_mutation", "producer_ids")
-    assert usage.QUOTA_KEYS == (K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE, K.REQUEST_PERCENTAGE,
-                                K.CONTROLLER_MUTATION_RATE, K.PRODUCER_IDS_RATE)
+    assert usage.throttle_types() == ("produce", "fetch", "request", "controller_mutation", "producer_ids")
+    assert usage.quota_keys() == (K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE, K.REQUEST_PERCENTAGE,
+                                  K.CONTROLLER_MUTATION_RATE, K.PRODUCER_IDS_RATE)
 
 
 def test_a_registered_kind_is_known_with_its_entities_and_value_type_then_gone() -> None:
@@ -147,4 +148,11 @@ def test_a_key_is_declared_once_and_the_built_in_kinds_stay() -> None:
         unregister(K.PRODUCER_BYTE_RATE)
     with registered(METADATA_RATE), pytest.raises(ValueError, match="already declared"):
         register(METADATA_RATE)
+    assert kinds() == BUILT_IN
+
+
+def test_the_byte_rates_are_the_built_in_produce_and_fetch_and_none_is_registered() -> None:
+    assert [kind.key for kind in byte_rate_kinds()] == [K.PRODUCER_BYTE_RATE, K.CONSUMER_BYTE_RATE]
+    with pytest.raises(ValueError, match="a byte rate is built in"):
+        register(QuotaKind(QuotaKey("metadata_byte_rate"), "metadata_bytes", byte_rate=True))
     assert kinds() == BUILT_IN

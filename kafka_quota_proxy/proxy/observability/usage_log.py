@@ -43,7 +43,7 @@ class TenantUsage:
     __slots__ = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids",
                  "partitions_mutated", "connections", "requests", "throttle_ms", "throttled", "topics")
 
-    def __init__(self, kinds: int = len(usage.THROTTLE_TYPES)) -> None:
+    def __init__(self, kinds: int) -> None:  # kinds: the meter's throttle types
         self.produce_bytes = 0
         self.fetch_bytes = 0
         self.request_time_ms = 0.0
@@ -67,7 +67,7 @@ class Interval:
     start_ms: int
     tenants: Tenants
     quotas: QuotaStore
-    throttle_types: tuple[str, ...] = usage.THROTTLE_TYPES  # the tenants' throttles, in this order
+    throttle_types: tuple[str, ...]  # the tenants' throttles, in this order (the meter's)
 
 
 class UsageMeter:

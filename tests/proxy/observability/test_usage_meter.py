@@ -198,7 +198,7 @@ def test_records_files_and_gzip_when_the_hour_closes(tmp_path: Path) -> None:
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.jsonl*")) == [
         "dt=2026-01-01/hour=00/usage-p1.jsonl.gz", "dt=2026-01-01/hour=01/usage-p1.jsonl"]
     (first,) = read_lines(closed)
-    zero = {t: 0 for t in usage.THROTTLE_TYPES}
+    zero = {t: 0 for t in usage.throttle_types()}
     assert first == {
         "v": 2, "start_ms": T0 + HOUR - 10_000, "interval_s": 10, "instance": "p1", "user": "alice",
         "client_id": "app", "produce_bytes": first["produce_bytes"], "fetch_bytes": 0,
@@ -220,7 +220,7 @@ def test_a_restart_gzips_the_hour_a_previous_run_left_open(tmp_path: Path) -> No
     s = settings(tmp_path)
     w = UsageWriter(s, "p1")
     w.start()
-    w.submit(Interval(T0, {"u": {"c": _usage()}}, QuotaStore()))
+    w.submit(Interval(T0, {"u": {"c": _usage()}}, QuotaStore(), usage.throttle_types()))
     w.close()
     plain = tmp_path / "dt=2026-01-01" / "hour=00" / "usage-p1.jsonl"
     assert plain.exists()
@@ -238,8 +238,9 @@ def test_a_write_error_is_counted_and_the_writer_goes_on(tmp_path: Path) -> None
     blocked.write_text("a file where a directory should be")
     w = UsageWriter(settings(tmp_path), "p1")
     w.start()
-    w.submit(Interval(T0, {"u": {"c": _usage()}}, QuotaStore()))
-    w.submit(Interval(T0 + 86_400_000, {"u": {"c": _usage()}}, QuotaStore()))  # the next day
+    w.submit(Interval(T0, {"u": {"c": _usage()}}, QuotaStore(), usage.throttle_types()))
+    # the next day
+    w.submit(Interval(T0 + 86_400_000, {"u": {"c": _usage()}}, QuotaStore(), usage.throttle_types()))
     w.close()
     assert w.errors == 1 and w.written == 1
     assert [r["start_ms"] for r in read_lines(tmp_path / "dt=2026-01-02/hour=00/usage-p1.jsonl")] == [
@@ -248,7 +249,7 @@ def test_a_write_error_is_counted_and_the_writer_goes_on(tmp_path: Path) -> None
 
 def _usage() -> Any:
     from kafka_quota_proxy.proxy.observability.usage_log import TenantUsage
-    t = TenantUsage()
+    t = TenantUsage(len(usage.throttle_types()))
     t.produce_bytes = 10
     return t
 
