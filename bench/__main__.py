@@ -12,6 +12,7 @@ from bench import (
     analytics,
     framing,
     kafka_fidelity,
+    kafka_paths,
     many_connections,
     many_connections_sim,
     producer_ids,
@@ -50,6 +51,9 @@ BENCHMARKS: dict[str, tuple[str, Callable[[], list[tuple[str, str]]]]] = {
     "many_connections": ("Many connections, one quota, side by side with Apache Kafka 4.4: 1, 3 and 10 "
                          "producers and a group of 3 consumers under one client-id, Kafka's broker "
                          "enforcing the quota and the proxy enforcing it", many_connections.run),
+    "kafka": ("Kafka's own perf tools through each path to Apache Kafka 4.4: direct, the proxy (no "
+              "quotas, 100 tenants' quotas, --workers 2), HAProxy (TCP) and Kroxylicious (passthrough), "
+              "three interleaved rounds", kafka_paths.run),
     "kafka_fidelity": ("Kafka-exact, side by side with Apache Kafka 4.4: one client under one producer "
                        "quota, Kafka's broker enforcing it and the proxy enforcing it (set with "
                        "kafka-configs.sh on each), measured at the broker, three rounds",
