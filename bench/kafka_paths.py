@@ -205,7 +205,8 @@ def start_paths(names: Sequence[str], broker: KafkaBroker, haproxy_ports: tuple[
                                     "python -m devkit.kroxylicious build --source DIR")
                 continue
             try:
-                running = kroxylicious.start(broker.bootstrap, free_port(), scratch / "kroxylicious")
+                running = kroxylicious.start(broker.bootstrap, kroxylicious.free_ports(),
+                                             scratch / "kroxylicious", node_id=broker.node_id)
             except kroxylicious.KroxyliciousError as exc:
                 paths[name] = Path_(name, None, absent=str(exc).splitlines()[0])
                 continue

@@ -18,8 +18,8 @@ directory; nothing of theirs is committed here). The build, once, into
   ~/.m2), then the app's runtime jars copied into lib/.
 
 Run: `io.kroxylicious.app.Kroxylicious -c config.yaml` with one virtual cluster in front of the
-target, a `portIdentifiesNode` gateway: the bootstrap port, then one port per node id of
-`nodeIdRanges` (0-2 by default, devkit's brokers being node 1 and up).
+target, a `portIdentifiesNode` gateway: the bootstrap port, then the broker's node id alone in
+`nodeIdRanges`, on the port after it.
 
     python -m devkit.kroxylicious build --source /path/to/kroxylicious
     python -m devkit.kroxylicious run --target 127.0.0.1:9092 --port 9192
@@ -31,6 +31,7 @@ import argparse
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
@@ -38,7 +39,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from devkit.kafka_jvm import LOOPBACK, java_version, tail_of
+from devkit.kafka_jvm import LOOPBACK, free_port, java_version, tail_of
 from devkit.processes import die_with_parent, log_tail, wait_for_port
 
 VERSION = "0.23.0"
@@ -190,9 +191,9 @@ def build(source: Path, java_home: str | None = None) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def config(target: str, port: int, host: str = LOOPBACK) -> str:
+def config(target: str, port: int, node_id: int = 1, host: str = LOOPBACK) -> str:
     """One virtual cluster in front of `target`, passthrough (no filters), a portIdentifiesNode
-    gateway on `port` (the nodes on the ports after it)."""
+    gateway on `port` for the broker `node_id` alone (on `port` + 1)."""
     return (f"virtualClusters:\n"
             f"  - name: bench\n"
             f"    targetCluster:\n"
@@ -201,8 +202,30 @@ def config(target: str, port: int, host: str = LOOPBACK) -> str:
             f"    - name: plain\n"
             f"      portIdentifiesNode:\n"
             f"        bootstrapAddress: {host}:{port}\n"
+            f"        nodeIdRanges:\n"
+            f"        - name: broker\n"
+            f"          start: {node_id}\n"
+            f"          end: {node_id}\n"
             f"    logNetwork: false\n"
             f"    logFrames: false\n")
+
+
+def free_ports(count: int = 2) -> int:
+    """A port free with the `count` - 1 after it (the gateway's bootstrap, then its nodes')."""
+    for _ in range(100):
+        first = free_port()
+        if all(_free(first + i) for i in range(1, count)):
+            return first
+    raise KroxyliciousError(f"no {count} free ports in a row")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
 
 
 def command(lib: Path, config_file: Path, heap: str = "1g") -> list[str]:
@@ -231,16 +254,16 @@ class Running:
                 self.proc.wait()
 
 
-def start(target: str, port: int, workdir: Path, lib: Path | None = None) -> Running:
-    """Kroxylicious in front of `target`, listening from `port` (the nodes on the next three);
-    returns once its bootstrap port accepts connections."""
+def start(target: str, port: int, workdir: Path, lib: Path | None = None, node_id: int = 1) -> Running:
+    """Kroxylicious in front of `target` (whose broker is `node_id`), listening on `port` and
+    `port` + 1 (free_ports()); returns once its bootstrap port accepts connections."""
     lib = lib or lib_dir()
     if lib is None:
         raise KroxyliciousError(f"Kroxylicious {VERSION} is not built: python -m devkit.kroxylicious build "
                                 "--source GIT_DIR")
     workdir.mkdir(parents=True, exist_ok=True)
     config_file = workdir / "kroxylicious.yaml"
-    config_file.write_text(config(target, port))
+    config_file.write_text(config(target, port, node_id))
     log = workdir / "kroxylicious.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(command(lib, config_file), stdout=out, stderr=subprocess.STDOUT,
@@ -264,7 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help=f"a JDK {MIN_JAVA}+ (default: $KROXYLICIOUS_JAVA_HOME, or /usr/lib/jvm's newest)")
     r = sub.add_parser("run", help="run the built Kroxylicious in front of a broker until Ctrl-C")
     r.add_argument("--target", required=True, help="the broker's bootstrap address, host:port")
-    r.add_argument("--port", type=int, default=9192)
+    r.add_argument("--port", type=int, default=9192, help="the bootstrap port; the broker's is the next")
+    r.add_argument("--node-id", type=int, default=1, help="the target broker's node id")
     args = ap.parse_args(argv)
     try:
         if args.what == "build":
@@ -274,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(build(Path(args.source), args.java_home))
             return 0
         workdir = Path(tempfile.mkdtemp(prefix="kroxylicious-"))
-        running = start(args.target, args.port, workdir)
+        running = start(args.target, args.port, workdir, node_id=args.node_id)
         print(f"Kroxylicious on {running.bootstrap} in front of {args.target}; log {running.log}")
         try:
             running.proc.wait()

@@ -61,9 +61,11 @@ def test_the_brokers_second_listener_advertises_haproxys_address(tmp_path: Path)
 
 
 def test_kroxylicious_fronts_the_target_with_a_port_identifies_node_gateway() -> None:
-    text = kroxylicious.config("127.0.0.1:9092", 9192)
+    text = kroxylicious.config("127.0.0.1:9092", 9192, node_id=3)
     assert "bootstrapServers: 127.0.0.1:9092" in text
     assert "portIdentifiesNode:\n        bootstrapAddress: 127.0.0.1:9192" in text
+    # the broker's node id alone: one node port, 9193
+    assert "nodeIdRanges:\n        - name: broker\n          start: 3\n          end: 3" in text
     assert "filterDefinitions" not in text  # passthrough
 
 
