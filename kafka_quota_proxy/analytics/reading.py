@@ -40,7 +40,7 @@ def usage_schema() -> StructType:
         StructField("instance", StringType()),
         StructField("user", StringType()),
         StructField("client_id", StringType()),
-        *(StructField(c, DoubleType()) for c in usage.COUNTERS),
+        *(StructField(c, DoubleType()) for c in usage.counter_names()),
         StructField("requests", group(usage.GROUPS)),
         StructField("throttle_ms", group(usage.throttle_types())),
         StructField("throttled", group(usage.throttle_types())),
@@ -91,7 +91,7 @@ def flatten(records: DataFrame) -> DataFrame:
     col = F.col
     columns = [col("user"), col("client_id"), F.coalesce(col("instance"), F.lit("")).alias("instance"),
                col("start_ms"), col("interval_s")]
-    for c in usage.COUNTERS:
+    for c in usage.counter_names():
         value = _count(col(c))
         columns.append((value if c == "request_time_ms" else value.cast(LongType())).alias(c))
     columns += [_count(col(f"requests.{g}")).cast(LongType()).alias(f"requests_{g}") for g in usage.GROUPS]

@@ -42,7 +42,7 @@ def tenant_intervals(records: DataFrame) -> DataFrame:
     The records are first clustered by tenant, so that this and every per-tenant aggregation
     after it need no other shuffle, and a task holds the percentile sketches of its own tenants
     only (no partial sketches of every tenant in every task)."""
-    sums = [F.sum(c).alias(c) for c in usage.COUNTERS]
+    sums = [F.sum(c).alias(c) for c in usage.counter_names()]
     sums += [F.sum(f"requests_{g}").alias(f"requests_{g}") for g in usage.GROUPS]
     sums += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.throttle_types()]
     sums += [F.sum(f"throttled_{t}").alias(f"throttled_{t}") for t in usage.throttle_types()]
@@ -74,7 +74,7 @@ def _percentiles(column: str) -> list[Column]:
 
 def tenant_report(intervals: DataFrame, records: DataFrame) -> DataFrame:
     """The per-tenant report: totals, rate percentiles, demand p99, throttled shares, quotas."""
-    totals = [F.sum(c).alias(c) for c in usage.COUNTERS]
+    totals = [F.sum(c).alias(c) for c in usage.counter_names()]
     totals.append(F.sum(sum((F.col(f"requests_{g}") for g in usage.GROUPS), F.lit(0))).alias("requests"))
     totals += [F.sum(f"requests_{g}").alias(f"requests_{g}") for g in usage.GROUPS]
     totals += [F.sum(f"throttle_{t}_ms").alias(f"throttle_{t}_ms") for t in usage.throttle_types()]

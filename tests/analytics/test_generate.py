@@ -42,7 +42,7 @@ def test_every_line_is_a_version_2_record_with_every_key_in_order() -> None:
             assert all(isinstance(v, int) and v >= 0 for v in counts.values())
         assert record["v"] == usage.VERSION and record["interval_s"] == 30 and record["instance"] == "proxy-a"
         assert record["start_ms"] % 30_000 == 0
-        for key in usage.COUNTERS:
+        for key in usage.counter_names():
             assert isinstance(record[key], float if key == "request_time_ms" else int)
         for group in ("requests", "throttle_ms", "throttled"):
             assert all(isinstance(v, int) and v >= 0 for v in record[group].values())

@@ -24,9 +24,10 @@ from kafka_quota_proxy.protocol.api_keys import LIST_GROUPS
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.kinds import QuotaKind, registered
 
-# A registered request-rate kind without a measure (issue 38's toy kind)
+# A registered request-rate kind with a usage counter and no measure (issue 38's toy kind)
 LIST_GROUPS_RATE = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups", value_type="INT",
-                             extension=True, counts=frozenset({LIST_GROUPS}))
+                             extension=True, counts=frozenset({LIST_GROUPS}),
+                             usage_counter="list_groups_requests")
 
 
 def test_one_measure_per_tenant_kind_as_the_tables_name_them() -> None:
@@ -57,7 +58,7 @@ def test_the_what_if_replays_the_byte_rates_by_their_measures() -> None:
     assert KIND_MEASURES == {"produce": PRODUCE, "fetch": FETCH}
 
 
-def test_a_registered_kinds_throttles_and_quota_are_in_the_pipelines_schema() -> None:
+def test_a_registered_kinds_throttles_quota_and_counter_are_in_the_pipelines_schema() -> None:
     def fields() -> tuple[list[str], list[str]]:
         schema = usage_schema()
         return schema["throttle_ms"].dataType.fieldNames(), schema["quotas"].dataType.fieldNames()
@@ -68,5 +69,10 @@ def test_a_registered_kinds_throttles_and_quota_are_in_the_pipelines_schema() ->
     assert fields() == built_in
     with registered(LIST_GROUPS_RATE):
         assert fields() == (built_in[0] + ["list_groups"], built_in[1] + ["list_groups_request_rate"])
+        # its counter, a column of the records beside the built-in kinds' ones
+        assert usage_schema().fieldNames()[6:13] == [
+            "produce_bytes", "fetch_bytes", "request_time_ms", "partitions_mutated", "new_producer_ids",
+            "list_groups_requests", "connections"]
         assert MEASURES == (PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS)  # no measure: no report
     assert fields() == built_in
+    assert "list_groups_requests" not in usage_schema().fieldNames()

@@ -29,7 +29,7 @@ from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCHES, P
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.quota import usage
-from kafka_quota_proxy.quota.kinds import user_only_keys
+from kafka_quota_proxy.quota.kinds import counted_kinds, user_only_keys
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.usage")
@@ -41,9 +41,12 @@ class TenantUsage:
     """One tenant's counters for the current interval."""
 
     __slots__ = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids",
-                 "partitions_mutated", "connections", "requests", "throttle_ms", "throttled", "topics")
+                 "partitions_mutated", "connections", "requests", "throttle_ms", "throttled", "topics",
+                 "counted")
 
-    def __init__(self, kinds: int) -> None:  # kinds: the meter's throttle types
+    def __init__(self, kinds: int, counted: int = 0) -> None:
+        """`kinds`: the meter's throttle types; `counted`: its request-rate kinds with a usage
+        counter (UsageMeter.counted)."""
         self.produce_bytes = 0
         self.fetch_bytes = 0
         self.request_time_ms = 0.0
@@ -55,6 +58,7 @@ class TenantUsage:
         self.throttled = [0] * kinds
         # usage_log.topics: topic -> [produce, fetch, produce refused, fetch refused] bytes
         self.topics: dict[str, list[int]] | None = None
+        self.counted = [0] * counted  # requests of each registered request-rate kind's APIs
 
 
 Tenants = dict[str, dict[str, TenantUsage]]  # user -> client-id -> usage
@@ -68,6 +72,7 @@ class Interval:
     tenants: Tenants
     quotas: QuotaStore
     throttle_types: tuple[str, ...]  # the tenants' throttles, in this order (the meter's)
+    counted: tuple[str, ...] = ()  # the usage counters of TenantUsage.counted, in order (the meter's)
 
 
 class UsageMeter:
@@ -93,6 +98,13 @@ class UsageMeter:
         # The tenant kinds' throttle types (quota/kinds.py, a registered kind's included)
         self.throttle_types = usage.throttle_types()
         self._throttle_index = {t: i for i, t in enumerate(self.throttle_types)}
+        # The registered request-rate kinds with a usage counter (quota/kinds.py): each counts
+        # the requests of its API keys, as its quota does; taken at start, as the throttle types.
+        kinds = [kind for kind in counted_kinds() if kind.usage_counter]
+        self.counted = tuple(kind.usage_counter or "" for kind in kinds)
+        self._counted_by_api: dict[int, tuple[int, ...]] = {
+            api: tuple(i for i, kind in enumerate(kinds) if api in kind.counts)
+            for kind in kinds for api in kind.counts}
 
     def _aligned(self, now_ms: int) -> int:
         return now_ms - now_ms % self.interval_ms
@@ -109,7 +121,7 @@ class UsageMeter:
             self.unmetered += 1
             return None
         self.count += 1
-        found = by_client[client_id] = TenantUsage(len(self.throttle_types))
+        found = by_client[client_id] = TenantUsage(len(self.throttle_types), len(self.counted))
         return found
 
     # -- counting, on the event loop -----------------------------------------------------------
@@ -142,6 +154,9 @@ class UsageMeter:
                 except Exception:  # noqa: BLE001 - an undecodable body is the broker's to refuse
                     charged.permits = 0
             t.partitions_mutated += charged.permits
+        if self._counted_by_api:
+            for i in self._counted_by_api.get(key, ()):
+                t.counted[i] += 1
 
     def response(self, ctx: RequestContext, size: int) -> None:
         """A response written to the client: `size` bytes, size prefix included."""
@@ -198,7 +213,8 @@ class UsageMeter:
             self.start_ms = start + self.interval_ms  # rotated early (shutdown): never reuse a start
         if not tenants:
             return
-        if not self.writer.submit(Interval(start, tenants, self.store.snapshot(), self.throttle_types)):
+        if not self.writer.submit(Interval(start, tenants, self.store.snapshot(), self.throttle_types,
+                                           self.counted)):
             self.dropped += count
 
     def seconds_to_boundary(self) -> float:
@@ -292,7 +308,8 @@ class UsageWriter:
                     interval.start_ms, seconds, self.instance, user, client_id,
                     {"produce_bytes": t.produce_bytes, "fetch_bytes": t.fetch_bytes,
                      "request_time_ms": round(t.request_time_ms, 3), "new_producer_ids": t.new_producer_ids,
-                     "partitions_mutated": t.partitions_mutated, "connections": t.connections},
+                     "partitions_mutated": t.partitions_mutated, "connections": t.connections,
+                     **dict(zip(interval.counted, t.counted, strict=True))},
                     dict(zip(usage.GROUPS, t.requests, strict=True)),
                     dict(zip(interval.throttle_types, t.throttle_ms, strict=True)),
                     dict(zip(interval.throttle_types, t.throttled, strict=True)), quotas, t.topics)

@@ -29,9 +29,10 @@ from tests.proxy.quota_support import (
 from tests.support.usage import usage_records
 
 # The one registry line: the kind's key, its throttles' quota_type, Kafka's INT value type, an
-# extension (Kafka does not know it), and the requests it counts.
+# extension (Kafka does not know it), the requests it counts, and the usage log's counter of them.
 LIST_GROUPS_RATE = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups", value_type="INT",
-                             extension=True, counts=frozenset({LIST_GROUPS}))
+                             extension=True, counts=frozenset({LIST_GROUPS}),
+                             usage_counter="list_groups_requests")
 
 
 def test_a_registered_request_rate_kind_is_configured_enforced_described_metered_and_logged(
@@ -81,4 +82,8 @@ def test_a_registered_request_rate_kind_is_configured_enforced_described_metered
                          "producer_ids": 0, "list_groups": 1}
     assert sum(r["throttle_ms"]["list_groups"] for r in mine) == 500
     assert sum(r["requests"]["group"] for r in mine) == 21
+    assert sum(r["list_groups_requests"] for r in mine) == 21  # the kind's own counter
+    # the admin connection's requests are its own tenant's: none of them ListGroups
+    admin = [r for r in usage_records(tmp_path, "t") if r["client_id"] == "admin"]
+    assert admin and all(r["list_groups_requests"] == 0 for r in admin)
     assert mine[-1]["quotas"]["list_groups_request_rate"] == 30.0
