@@ -134,7 +134,9 @@ def consumer_summary(text: str) -> tuple[float, float] | None:
 # -- the paths ---------------------------------------------------------------------------------------
 
 @dataclass
-class Path_:
+class Route:
+    """One path to the broker: its bootstrap address and its own processes."""
+
     name: str
     bootstrap: str | None  # None: not measured (`absent` says why)
     pids: Callable[[], list[int]] = list  # the path's own processes, for their CPU
@@ -171,11 +173,11 @@ def popen_pids(proc: subprocess.Popen[bytes]) -> list[int]:
 
 
 def start_paths(names: Sequence[str], broker: KafkaBroker, haproxy_ports: tuple[int, int],
-                stack: ExitStack, scratch: Path) -> dict[str, Path_]:
-    paths: dict[str, Path_] = {}
+                stack: ExitStack, scratch: Path) -> dict[str, Route]:
+    paths: dict[str, Route] = {}
     for name in names:
         if name == "direct":
-            paths[name] = Path_(name, broker.bootstrap)
+            paths[name] = Route(name, broker.bootstrap)
         elif name.startswith("proxy"):
             extra: dict = {}
             if name == "proxy-quotas":
@@ -185,11 +187,11 @@ def start_paths(names: Sequence[str], broker: KafkaBroker, haproxy_ports: tuple[
                 extra["workers"] = 2
             proxy = ProxyProcess(broker.address, broker.node_id, extra_config=extra).start()
             stack.callback(proxy.stop)
-            paths[name] = Path_(name, proxy.bootstrap, functools.partial(proxy_pids, proxy))
+            paths[name] = Route(name, proxy.bootstrap, functools.partial(proxy_pids, proxy))
         elif name == "haproxy":
             binary = shutil.which("haproxy")
             if binary is None:
-                paths[name] = Path_(name, None, absent="no haproxy on the PATH (apt-get install haproxy)")
+                paths[name] = Route(name, None, absent="no haproxy on the PATH (apt-get install haproxy)")
                 continue
             front, back = haproxy_ports
             config = scratch / "haproxy.cfg"
@@ -198,20 +200,20 @@ def start_paths(names: Sequence[str], broker: KafkaBroker, haproxy_ports: tuple[
                                     stderr=subprocess.DEVNULL, preexec_fn=die_with_parent)
             stack.callback(proc.kill)
             wait_for_port(front, proc=proc)
-            paths[name] = Path_(name, f"{LOOPBACK}:{front}", functools.partial(popen_pids, proc))
+            paths[name] = Route(name, f"{LOOPBACK}:{front}", functools.partial(popen_pids, proc))
         elif name == "kroxylicious":
             if kroxylicious.lib_dir() is None:
-                paths[name] = Path_(name, None, absent=f"Kroxylicious {kroxylicious.VERSION} not built: "
+                paths[name] = Route(name, None, absent=f"Kroxylicious {kroxylicious.VERSION} not built: "
                                     "python -m devkit.kroxylicious build --source DIR")
                 continue
             try:
                 running = kroxylicious.start(broker.bootstrap, kroxylicious.free_ports(),
                                              scratch / "kroxylicious", node_id=broker.node_id)
             except kroxylicious.KroxyliciousError as exc:
-                paths[name] = Path_(name, None, absent=str(exc).splitlines()[0])
+                paths[name] = Route(name, None, absent=str(exc).splitlines()[0])
                 continue
             stack.callback(running.stop)
-            paths[name] = Path_(name, running.bootstrap, functools.partial(popen_pids, running.proc))
+            paths[name] = Route(name, running.bootstrap, functools.partial(popen_pids, running.proc))
         else:
             raise ValueError(f"unknown path {name}; known: {', '.join(PATHS)}")
     return paths
@@ -224,7 +226,7 @@ def tool(main_class: str, args: Sequence[str], timeout: float) -> subprocess.Com
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def run_one(name: str, path: Path_, broker: KafkaBroker, topic: str, megabytes: int, rate: int,
+def run_one(name: str, path: Route, broker: KafkaBroker, topic: str, megabytes: int, rate: int,
             round_: int, filled: str | None) -> Result:
     work = WORKLOADS[name]
     out = Result(name, path.name, round_)
