@@ -14,7 +14,7 @@ issue 38 moves here step by step.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -218,6 +218,17 @@ def counted_kinds() -> tuple[QuotaKind, ...]:
     """The request-rate kinds (`QuotaKind.counts`): registered kinds served by the generic manager
     and stage."""
     return _known.counted
+
+
+def counting(counted: Sequence[QuotaKind]) -> dict[int, tuple[int, ...]]:
+    """For each API key that request-rate kinds count (`QuotaKind.counts`), the indexes in
+    `counted` of the kinds that count it: what the RequestCounts stage charges and the usage
+    meter counts for one request."""
+    found: dict[int, list[int]] = {}
+    for i, kind in enumerate(counted):
+        for api in kind.counts:
+            found.setdefault(api, []).append(i)
+    return {api: tuple(indexes) for api, indexes in found.items()}
 
 
 def byte_rate_kinds() -> tuple[QuotaKind, ...]:

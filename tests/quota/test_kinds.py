@@ -22,6 +22,7 @@ from kafka_quota_proxy.quota.kinds import (
     QuotaKind,
     byte_rate_kinds,
     client_keys,
+    counting,
     extension_keys,
     ip_keys,
     key_named,
@@ -156,3 +157,10 @@ def test_the_byte_rates_are_the_built_in_produce_and_fetch_and_none_is_registere
     with pytest.raises(ValueError, match="a byte rate is built in"):
         register(QuotaKind(QuotaKey("metadata_byte_rate"), "metadata_bytes", byte_rate=True))
     assert kinds() == BUILT_IN
+
+
+def test_counting_maps_each_counted_api_to_the_kinds_that_count_it() -> None:
+    lists = QuotaKind(QuotaKey("lists_rate"), "lists", counts=frozenset({16}))
+    groups = QuotaKind(QuotaKey("groups_rate"), "groups", counts=frozenset({15, 16}))
+    assert counting([lists, groups]) == {16: (0, 1), 15: (1,)}
+    assert counting([]) == {}

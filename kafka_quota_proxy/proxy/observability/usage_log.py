@@ -29,7 +29,7 @@ from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCHES, P
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.quota import usage
-from kafka_quota_proxy.quota.kinds import counted_kinds, user_only_keys
+from kafka_quota_proxy.quota.kinds import counted_kinds, counting, user_only_keys
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.usage")
@@ -102,9 +102,7 @@ class UsageMeter:
         # the requests of its API keys, as its quota does; taken at start, as the throttle types.
         kinds = [kind for kind in counted_kinds() if kind.usage_counter]
         self.counted = tuple(kind.usage_counter or "" for kind in kinds)
-        self._counted_by_api: dict[int, tuple[int, ...]] = {
-            api: tuple(i for i, kind in enumerate(kinds) if api in kind.counts)
-            for kind in kinds for api in kind.counts}
+        self._counted_by_api = counting(kinds)
 
     def _aligned(self, now_ms: int) -> int:
         return now_ms - now_ms % self.interval_ms

@@ -10,7 +10,7 @@ from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.proxy.stages.throttling import managers, throttle
-from kafka_quota_proxy.quota.kinds import QuotaKind
+from kafka_quota_proxy.quota.kinds import QuotaKind, counting
 
 
 class RequestCounts(RequestStage):
@@ -18,8 +18,8 @@ class RequestCounts(RequestStage):
 
     def __init__(self, engine: QuotaEngine, kinds: tuple[QuotaKind, ...]) -> None:
         self.engine = engine
-        self.api_keys = frozenset().union(*(kind.counts for kind in kinds))
-        self._by_api = {api: tuple(kind.key for kind in kinds if api in kind.counts) for api in self.api_keys}
+        self._by_api = {api: tuple(kinds[i].key for i in indexes) for api, indexes in counting(kinds).items()}
+        self.api_keys = frozenset(self._by_api)
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
