@@ -20,14 +20,9 @@ from kafka_quota_proxy.analytics.measures import (
 from kafka_quota_proxy.analytics.reading import usage_schema
 from kafka_quota_proxy.analytics.replay import KINDS
 from kafka_quota_proxy.analytics.whatif import KIND_MEASURES
-from kafka_quota_proxy.protocol.api_keys import LIST_GROUPS
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import QuotaKind, registered
-
-# A registered request-rate kind with a usage counter and no measure (issue 38's toy kind)
-LIST_GROUPS_RATE = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups", value_type="INT",
-                             extension=True, counts=frozenset({LIST_GROUPS}),
-                             usage_counter="list_groups_requests")
+from kafka_quota_proxy.quota.kinds import registered
+from tests.support.kinds import LIST_GROUPS_RATE
 
 
 def test_one_measure_per_tenant_kind_as_the_tables_name_them() -> None:

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kafka_quota_proxy.protocol.api_keys import LIST_GROUPS
-from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import QuotaKind, registered
+from kafka_quota_proxy.quota.kinds import registered
 from tests.proxy.conftest import running
 from tests.proxy.quota_support import (
     START_MS,
@@ -26,13 +24,11 @@ from tests.proxy.quota_support import (
     run,
     scope,
 )
+from tests.support.kinds import LIST_GROUPS_RATE
 from tests.support.usage import usage_records
 
-# The one registry line: the kind's key, its throttles' quota_type, Kafka's INT value type, an
-# extension (Kafka does not know it), the requests it counts, and the usage log's counter of them.
-LIST_GROUPS_RATE = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups", value_type="INT",
-                             extension=True, counts=frozenset({LIST_GROUPS}),
-                             usage_counter="list_groups_requests")
+# The one registry line (tests/support/kinds.py): the kind's key, its throttles' quota_type,
+# Kafka's INT value type, an extension, the requests it counts, and the usage log's counter.
 
 
 def test_a_registered_request_rate_kind_is_configured_enforced_described_metered_and_logged(

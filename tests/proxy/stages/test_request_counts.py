@@ -21,12 +21,12 @@ from kafka_quota_proxy.quota.kinds import QuotaKind, registered
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from tests.proxy.conftest import request_frame
 from tests.proxy.quota_support import kafka_throttle
+from tests.support.kinds import LIST_GROUPS_RATE
 
 NOW = 5_000
 BROKER = "b1:9092"
-# Two toy kinds: one counts ListGroups, the other ListGroups and DescribeGroups.
-LISTS = QuotaKind(QuotaKey("list_groups_request_rate"), "list_groups", value_type="INT",
-                  extension=True, counts=frozenset({LIST_GROUPS}))
+# Two toy kinds: issue 38's counts ListGroups, the other ListGroups and DescribeGroups.
+LISTS = LIST_GROUPS_RATE
 GROUPS = QuotaKind(QuotaKey("group_request_rate"), "groups", extension=True,
                    counts=frozenset({LIST_GROUPS, DESCRIBE_GROUPS}))
 
