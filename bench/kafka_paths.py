@@ -299,7 +299,10 @@ def summarize(results: Sequence[Result], paths: Sequence[str]) -> list[tuple[str
     rounds = sorted({r.round for r in results})
     for name in workloads:
         direct = [by.get((name, "direct", n)) for n in rounds]
+        base = {p: _median([d.latency_ms.get(p) for d in direct if d is not None and not d.error])
+                for p in ("avg", "p50")}
         ratios: dict[str, float | None] = {}
+        cpu: dict[str, float | None] = {}
         for path in paths:
             mine = [by.get((name, path, n)) for n in rounds]
             ok = [r for r in mine if r is not None and not r.error]
@@ -310,26 +313,24 @@ def summarize(results: Sequence[Result], paths: Sequence[str]) -> list[tuple[str
             per_round = [r.mib_s / d.mib_s for r, d in zip(mine, direct, strict=True)
                          if r is not None and d is not None and r.mib_s and d.mib_s]
             ratios[path] = _median(per_round)
+            cpu[path] = _median([r.cpu_ms_per_mib for r in ok])
             latency = {p: _median([r.latency_ms.get(p) for r in ok]) for p in ("avg", "p50", "p99", "p99.9")}
             said = [f"{_fmt(_median([r.mib_s for r in ok]), '.1f')} MiB/s",
                     f"{_fmt(ratios[path], '.3f')} of direct"]
-            if latency["p50"] is not None:
-                said.append(f"latency avg {_fmt(latency['avg'])}, p50/p99/p99.9 {latency['p50']:.0f}/"
+            avg, p50 = latency["avg"], latency["p50"]
+            if avg is not None and p50 is not None:
+                said.append(f"latency avg {avg:.2f}, p50/p99/p99.9 {p50:.0f}/"
                             f"{_fmt(latency['p99'], '.0f')}/{_fmt(latency['p99.9'], '.0f')} ms")
-                base = {p: _median([d.latency_ms.get(p) for d in direct if d is not None and not d.error])
-                        for p in ("avg", "p50")}
-                if path != "direct" and base["avg"] is not None and base["p50"] is not None:
-                    said.append(f"adds {latency['avg'] - base['avg']:+.2f} ms avg, "  # type: ignore[operator]
-                                f"{latency['p50'] - base['p50']:+.0f} ms p50")
+                base_avg, base_p50 = base["avg"], base["p50"]
+                if path != "direct" and base_avg is not None and base_p50 is not None:
+                    said.append(f"adds {avg - base_avg:+.2f} ms avg, {p50 - base_p50:+.0f} ms p50")
             if path != "direct":
-                said.append(f"{_fmt(_median([r.cpu_ms_per_mib for r in ok]), '.1f')} CPU ms per MiB")
+                said.append(f"{_fmt(cpu[path], '.1f')} CPU ms per MiB")
             said.append(f"broker {_fmt(_median([r.broker_cpu for r in ok]))} cores, "
                         f"idle {_fmt(_median([r.idle for r in ok]))} ({len(ok)} runs)")
             text = "; ".join(said)
             rows.append((f"{name}, {path}", text))
-        rows += targets(name, ratios, {p: _median([r.cpu_ms_per_mib for r in results
-                                                   if r.workload == name and r.path == p and not r.error])
-                                       for p in paths})
+        rows += targets(name, ratios, cpu)
     return rows
 
 
@@ -343,12 +344,11 @@ def targets(name: str, ratios: dict[str, float | None],
         if ratio is None:
             continue
         said = [f"{ratio:.3f} of direct ({'met' if ratio >= 0.95 else 'missed'} 0.95)"]
-        if ratios.get("haproxy") is not None:
-            bound = ratios["haproxy"] - 0.03  # type: ignore[operator]
+        if (haproxy := ratios.get("haproxy")) is not None:
+            bound = haproxy - 0.03
             said.append(f"HAProxy - 0.03 = {bound:.3f} ({'met' if ratio >= bound else 'missed'})")
-        if ratios.get("kroxylicious") is not None:
-            k = ratios["kroxylicious"]
-            said.append(f"Kroxylicious {k:.3f} ({'met' if ratio >= k else 'missed'})")  # type: ignore[operator]
+        if (k := ratios.get("kroxylicious")) is not None:
+            said.append(f"Kroxylicious {k:.3f} ({'met' if ratio >= k else 'missed'})")
             mine, theirs = cpu.get(path), cpu.get("kroxylicious")
             if mine is not None and theirs is not None:
                 said.append(f"CPU {mine:.1f} against {theirs:.1f} ms per MiB "
