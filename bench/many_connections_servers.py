@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
+from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.managers import ChargeHandle, ClientQuotaManager
 
 CLIENT_ID = "bulk"
@@ -93,7 +94,7 @@ Answered = Callable[[Request], None]
 
 def manager(engine: QuotaEngine, kind: str) -> ClientQuotaManager:
     scope: ScopeManagers = engine.scope("broker")
-    return scope.produce if kind == "produce" else scope.fetch
+    return scope.rates[QuotaKey.PRODUCER_BYTE_RATE if kind == "produce" else QuotaKey.CONSUMER_BYTE_RATE]
 
 
 class KafkaBroker(Server):

@@ -30,7 +30,7 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.producer_ids import ProducerIdCache
+from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
 from kafka_quota_proxy.quota.resolution import QuotaStore
 
 ROUNDS = 5
@@ -94,7 +94,7 @@ def per_request() -> list[tuple[str, float]]:
         rows.append((f"read producer ids, {partitions} partition(s)", _read_ns(frame, at)))
     cache_engine = QuotaEngine(QuotaSettings(), QuotaStore({QuotaEntity(user=DEFAULT): {
         QuotaKey.PRODUCER_IDS_RATE: 1e6}}), clock=lambda: 1_000_000)
-    manager = cache_engine.scope("b").producer_ids
+    manager = cache_engine.scope("b").of(QuotaKey.PRODUCER_IDS_RATE, ProducerIdQuotaManager)
     manager.charge("alice", [7], 1_000_000)
     rows.append(("charge a seen id", best_ns(lambda: manager.charge("alice", [7], 1_000_000))))
     fresh = iter(range(10**12))

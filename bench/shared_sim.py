@@ -94,7 +94,8 @@ def simulate(replicas: int, shape: str, seconds: float = 60.0, warm_up: float = 
             continue
         size = request_bytes if pace is None else min(request_bytes, 16 * 1024)
         managers = engine.scope("x")
-        quota = managers.produce if kind == "produce" else managers.fetch
+        key = QuotaKey.PRODUCER_BYTE_RATE if kind == "produce" else QuotaKey.CONSUMER_BYTE_RATE
+        quota = managers.rates[key]
         throttle = quota.record_and_get_throttle_ms("", "t", size, now[0])
         if throttle and kind == "consume":
             quota.unrecord("", "t", size, now[0])

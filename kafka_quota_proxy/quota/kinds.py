@@ -7,9 +7,9 @@ through the admin API as a built-in one is.
 
 Kafka is the model: one QuotaType enum (ClientQuotaManager's QuotaType) names each kind, its
 config key and its sensor's name. A request-rate kind (`QuotaKind.counts`) is enforced, metered
-and logged by the shared manager and stage (docs/architecture.md, "A new quota kind"); the
-built-in kinds' managers, stages and metrics still name the kinds they serve themselves, which
-issue 38 moves here step by step.
+and logged by the shared manager and stage (docs/architecture.md, "A new quota kind"). Each
+kind names its manager (`QuotaKind.manager`), from which the engine builds every scope's; the
+built-in kinds' stages and metric families still name the kinds they serve themselves.
 """
 
 from __future__ import annotations
@@ -50,6 +50,15 @@ class QuotaKind:
     # by request; `byte_rate_enforcement: paced` may pace it, and the pipeline's what-if replays
     # it (analytics/replay.py).
     byte_rate: bool = False
+    # The manager that measures it in each scope (the engine builds one per kind of a scope from
+    # this): "rate", Kafka's ClientQuotaManager; "request_time", its ClientRequestQuotaManager;
+    # "token_bucket", its ControllerMutationQuotaManager; "producer_ids", KIP-936's
+    # ProducerIdQuotaManager; "connections", Kafka's ConnectionQuotas, one per proxy, not per
+    # scope. A registered kind is "rate" (it counts requests).
+    manager: str = "rate"
+    # The name its measurements are shared under across replicas (`store:`), and its topic
+    # quota's with "topic-" before it; "" where they are not shared.
+    shared: str = ""
 
     @property
     def whole_number(self) -> bool:
@@ -64,24 +73,27 @@ class QuotaKind:
 BUILT_IN: tuple[QuotaKind, ...] = (
     QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG",  # KIP-13
               usage_counter="produce_bytes", measure="produce", unit="B/s", title="Produce bytes/s",
-              sensor="Produce", byte_rate=True),
+              sensor="Produce", byte_rate=True, shared="produce"),
     QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG",  # KIP-13
               usage_counter="fetch_bytes", measure="fetch", unit="B/s", title="Fetch bytes/s",
-              sensor="Fetch", byte_rate=True),
+              sensor="Fetch", byte_rate=True, shared="fetch"),
     # KIP-124. The usage log's request_time_ms over an interval, as Kafka's request_percentage
     # counts it: percent of one thread.
     QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request", usage_counter="request_time_ms", measure="request",
-              unit="%", title="Request time, % of a thread", sensor="Request"),
+              unit="%", title="Request time, % of a thread", sensor="Request",
+              manager="request_time"),
     QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation",  # KIP-599
               usage_counter="partitions_mutated", measure="mutations", unit="partitions/s",
-              title="Partition mutations/s", sensor="ControllerMutation"),
+              title="Partition mutations/s", sensor="ControllerMutation", manager="token_bucket",
+              shared="mutation"),
     # KIP-612: new connections per second per client address
     QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
-              value_type="INT"),
+              value_type="INT", manager="connections"),
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, per user
     QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True,
               usage_counter="new_producer_ids", measure="producer_ids", unit="ids/s",
-              title="New producer ids/s", sensor="ProducerIds"),  # KIP-936's ProducerIdQuotaManager
+              title="New producer ids/s", sensor="ProducerIds",  # KIP-936's ProducerIdQuotaManager
+              manager="producer_ids", shared="pids"),
 )
 BUILT_IN_KEYS = tuple(kind.key for kind in BUILT_IN)
 
@@ -118,6 +130,9 @@ def register(kind: QuotaKind) -> None:
     if kind.byte_rate:
         raise ValueError(f"quota key {kind.key.value}: a byte rate is built in (its bytes are read by "
                          "its own stages); a registered kind counts requests (QuotaKind.counts)")
+    if kind.manager != "rate" or kind.shared:
+        raise ValueError(f"quota key {kind.key.value}: a registered kind counts requests on Kafka's Rate "
+                         "(manager \"rate\"), measured by each replica alone (no `shared` name)")
     _known = Registry((*_known.kinds, kind))
 
 

@@ -8,6 +8,7 @@ import pytest
 from bench import quota_cost
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaKey
+from tests.support.managers import fetch_bytes, produce_bytes
 
 
 def test_quota_cost_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,7 +61,7 @@ def test_every_tenant_is_measured(monkeypatch: pytest.MonkeyPatch, key: QuotaKey
         per_tenant = 1 if produce else 2
         assert engine.shared is not None and len(engine.shared) == per_tenant * quota_cost.TENANTS
     managers = engine.scope("127.0.0.1:9092")
-    charged = managers.produce if produce else managers.fetch
+    charged = produce_bytes(managers) if produce else fetch_bytes(managers)
     assert len(charged.sensors) == quota_cost.TENANTS
     assert all(charged.measure("ANONYMOUS", f"tenant-{i:03d}", engine.clock()) > 0
                for i in range(quota_cost.TENANTS))

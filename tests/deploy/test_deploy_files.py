@@ -36,6 +36,15 @@ from kafka_quota_proxy.proxy.store.sync import StoreSync
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.kinds import client_keys, tenant_kinds
 from kafka_quota_proxy.quota.resolution import QuotaStore
+from tests.support.managers import (
+    fetch_bytes,
+    mutation_bucket,
+    produce_bytes,
+    producer_id_rate,
+    request_time,
+    topic_fetch,
+    topic_produce,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "Dockerfile"
@@ -629,14 +638,14 @@ def populated_registry() -> CollectorRegistry:
                          shared_buckets=store_settings.effective_buckets)
     assert engine.shared is not None
     managers = engine.scope("kafka:19092")
-    managers.produce.record_and_get_throttle_ms("alice", "demo", 100.0, now)
-    managers.fetch.record_and_get_throttle_ms("alice", "demo", 100.0, now)
-    managers.request.record_and_get_throttle_ms("alice", "demo", 5.0, now)
-    managers.mutation.record_permissive("alice", "demo", 1.0, now)
-    managers.producer_ids.charge("alice", [1], now)
-    managers.producer_ids.charge("alice", list(range(2, 100)), now, strict=True)  # a refusal
-    managers.topic_produce.record("orders", 100.0, now)
-    managers.topic_fetch.record("orders", 100.0, now)
+    produce_bytes(managers).record_and_get_throttle_ms("alice", "demo", 100.0, now)
+    fetch_bytes(managers).record_and_get_throttle_ms("alice", "demo", 100.0, now)
+    request_time(managers).record_and_get_throttle_ms("alice", "demo", 5.0, now)
+    mutation_bucket(managers).record_permissive("alice", "demo", 1.0, now)
+    producer_id_rate(managers).charge("alice", [1], now)
+    producer_id_rate(managers).charge("alice", list(range(2, 100)), now, strict=True)  # a refusal
+    topic_produce(managers).record("orders", 100.0, now)
+    topic_fetch(managers).record("orders", 100.0, now)
     for quota_type in ("topic_produce", "topic_fetch"):
         engine.topic_throttles.add(quota_type, "orders", "", 10, now)
     for quota_type in throttle_quota_types():

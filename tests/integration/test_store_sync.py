@@ -22,6 +22,7 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.shared import bucket_of
 from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.turns import Turns
+from tests.support.managers import produce_bytes, producer_id_rate
 
 pytestmark = pytest.mark.integration
 
@@ -48,15 +49,15 @@ def test_two_replicas_see_each_others_bytes_and_a_retry_never_counts_twice(valke
         for _ in range(30):
             await asyncio.sleep(0.02)
             clock[0] = time.monotonic_ns() // 1_000_000
-            a.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 30_000, clock[0])
-            b.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 10_000, clock[0])
+            produce_bytes(a.engine.scope("x")).record_and_get_throttle_ms("u", "app", 30_000, clock[0])
+            produce_bytes(b.engine.scope("x")).record_and_get_throttle_ms("u", "app", 10_000, clock[0])
             assert await a.sync.sync_once() and await b.sync.sync_once()
         await a.sync.sync_once()  # nothing new: the same absolute values again
         await a.sync.sync_once()
         await b.sync.sync_once()
         now = clock[0] = time.monotonic_ns() // 1_000_000
-        seen_a = a.engine.scope("x").produce.measure("u", "app", now)
-        seen_b = b.engine.scope("x").produce.measure("u", "app", now)
+        seen_a = produce_bytes(a.engine.scope("x")).measure("u", "app", now)
+        seen_b = produce_bytes(b.engine.scope("x")).measure("u", "app", now)
         total = sum(int(v) for key in valkey.command("KEYS", "{s1:b*}:t:*")
                     for v in valkey.command("HVALS", key))
         await a.sync.close()
@@ -77,8 +78,8 @@ def test_a_producer_id_seen_through_two_replicas_counts_once(valkey: ValkeyServe
     a, b = (Replica(valkey.url, "s2", quotas, clock) for _ in range(2))
 
     async def scenario() -> tuple[float, float]:
-        pa = a.engine.scope("x").producer_ids
-        pb = b.engine.scope("x").producer_ids
+        pa = producer_id_rate(a.engine.scope("x"))
+        pb = producer_id_rate(b.engine.scope("x"))
         assert pa.charge("alice", [1, 2, 3, 4], clock[0]).new_ids == 4
         assert await a.sync.sync_once()
         clock[0] += 50
@@ -105,10 +106,10 @@ def test_after_the_store_restarts_empty_the_counts_are_whole_again(valkey: Valke
     a, b = (Replica(valkey.url, "s3", quotas, clock) for _ in range(2))
 
     async def scenario() -> float:
-        b.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 1, clock[0])
+        produce_bytes(b.engine.scope("x")).record_and_get_throttle_ms("u", "app", 1, clock[0])
         for _ in range(10):
             clock[0] += 100
-            a.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 1_000, clock[0])
+            produce_bytes(a.engine.scope("x")).record_and_get_throttle_ms("u", "app", 1_000, clock[0])
             await a.sync.sync_once()
             await b.sync.sync_once()
         valkey.kill()
@@ -117,7 +118,7 @@ def test_after_the_store_restarts_empty_the_counts_are_whole_again(valkey: Valke
             clock[0] += 100
             await a.sync.sync_once()
             await b.sync.sync_once()
-        seen = b.engine.scope("x").produce.sensors.get(("Produce", "", "app"), clock[0])
+        seen = produce_bytes(b.engine.scope("x")).sensors.get(("Produce", "", "app"), clock[0])
         await a.sync.close()
         await b.sync.close()
         assert seen is not None
@@ -146,10 +147,10 @@ def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: Val
         clock[0] = time.monotonic_ns() // 1_000_000
         tenants = [f"t{i}" for i in range(40)]  # spread over the buckets, so over the masters
         for user in tenants:
-            a.engine.scope("x").produce.record_and_get_throttle_ms(user, "app", 1_000, clock[0])
-            b.engine.scope("x").produce.record_and_get_throttle_ms(user, "app", 3_000, clock[0])
-        a.engine.scope("x").producer_ids.charge("alice", [7, 8], clock[0])
-        b.engine.scope("x").producer_ids.charge("alice", [8, 9], clock[0])
+            produce_bytes(a.engine.scope("x")).record_and_get_throttle_ms(user, "app", 1_000, clock[0])
+            produce_bytes(b.engine.scope("x")).record_and_get_throttle_ms(user, "app", 3_000, clock[0])
+        producer_id_rate(a.engine.scope("x")).charge("alice", [7, 8], clock[0])
+        producer_id_rate(b.engine.scope("x")).charge("alice", [8, 9], clock[0])
         control_a.alter([([("user", "bob")], [("producer_byte_rate", 2048.0, False)])], False)
         # b writes before a first reads: a stat's first read takes every retained sample, later
         # ones only the current sample (and the one before, early in it). The clock here stands
@@ -160,14 +161,14 @@ def test_on_a_valkey_cluster_bytes_ids_and_quotas_are_shared(valkey_cluster: Val
         for _ in range(3):
             assert await b.sync.sync_once() and await a.sync.sync_once()
         now = clock[0] + 1
-        seen = [cast(SharedRate, a.engine.scope("x").produce.sensors.get(("Produce", user, ""), now))
+        seen = [cast(SharedRate, produce_bytes(a.engine.scope("x")).sensors.get(("Produce", user, ""), now))
                 for user in tenants]
         others = sum(sum(stat.others.values()) for stat in seen)
         buckets = {bucket_of(stat.key, 4) for stat in seen}
         nodes = {valkey_cluster.keyslot(f"{{c1:b{b}}}") for b in buckets}
         assert len(buckets) == 4 and len(nodes) > 1
-        rates = (a.engine.scope("x").producer_ids.measure("alice", now),
-                 b.engine.scope("x").producer_ids.measure("alice", now))
+        rates = (producer_id_rate(a.engine.scope("x")).measure("alice", now),
+                 producer_id_rate(b.engine.scope("x")).measure("alice", now))
         await a.sync.close()
         await b.sync.close()
         return others, *rates
@@ -192,7 +193,7 @@ def test_one_cancel_ends_the_sync_task_wherever_it_lands(valkey: ValkeyServer) -
         survived = []
         for i in range(400):
             clock[0] = time.monotonic_ns() // 1_000_000
-            replica.engine.scope("x").produce.record_and_get_throttle_ms("u", "app", 1000, clock[0])
+            produce_bytes(replica.engine.scope("x")).record_and_get_throttle_ms("u", "app", 1000, clock[0])
             task = asyncio.create_task(replica.sync.run_forever())
             for _ in range(i % 7):  # land the cancel at a different step of the sync each time
                 await asyncio.sleep(0)

@@ -159,6 +159,17 @@ def test_the_byte_rates_are_the_built_in_produce_and_fetch_and_none_is_registere
     assert kinds() == BUILT_IN
 
 
+def test_a_registered_kind_counts_on_kafkas_rate_measured_by_each_replica_alone() -> None:
+    for kind in (QuotaKind(QuotaKey("metadata_tokens"), "metadata", manager="token_bucket"),
+                 QuotaKind(QuotaKey("metadata_shared"), "metadata", shared="metadata")):
+        with pytest.raises(ValueError, match="a registered kind counts requests on Kafka's Rate"):
+            register(kind)
+    assert kinds() == BUILT_IN
+    assert [(kind.manager, kind.shared) for kind in BUILT_IN] == [
+        ("rate", "produce"), ("rate", "fetch"), ("request_time", ""), ("token_bucket", "mutation"),
+        ("connections", ""), ("producer_ids", "pids")]
+
+
 def test_counting_maps_each_counted_api_to_the_kinds_that_count_it() -> None:
     lists = QuotaKind(QuotaKey("lists_rate"), "lists", counts=frozenset({16}))
     groups = QuotaKind(QuotaKey("groups_rate"), "groups", counts=frozenset({15, 16}))

@@ -26,6 +26,7 @@ from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.shared import SharedQuotas
 from kafka_quota_proxy.quota.shared_rate import SharedRate
 from tests.quota.test_shared import Sums
+from tests.support.managers import produce_bytes
 
 QUOTA = 1_000_000.0
 Handles = dict[object, ChargeHandle]
@@ -52,7 +53,7 @@ class Fleet:
         return engine.shared
 
     def produce(self, i: int) -> ClientQuotaManager:
-        return self.engines[i].scope("broker").produce
+        return produce_bytes(self.engines[i].scope("broker"))
 
     def record(self, i: int, size: int, at: int, paced: bool = False) -> int:
         self.now[0] = at
@@ -227,6 +228,6 @@ def test_without_a_store_kafkas_mode_holds_nothing() -> None:
     store = QuotaStore({QuotaEntity(client_id="c"): {QuotaKey.PRODUCER_BYTE_RATE: QUOTA}})
     engine = QuotaEngine(QuotaSettings(), store, clock=lambda: 0)
     handles: Handles = {}
-    engine.scope("broker").produce.record_and_get_throttle_ms("", "c", 50_000_000, 0, handles)
+    produce_bytes(engine.scope("broker")).record_and_get_throttle_ms("", "c", 50_000_000, 0, handles)
     assert QuotaCharge(engine).hold_ms(_ctx(PRODUCE, handles, engine)) == 0
-    assert handles[engine.scope("broker").produce].owed == []
+    assert handles[produce_bytes(engine.scope("broker"))].owed == []

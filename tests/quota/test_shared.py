@@ -27,6 +27,7 @@ from kafka_quota_proxy.quota.shared_pacer import SharedPacer
 from kafka_quota_proxy.quota.shared_rate import SharedRate
 from kafka_quota_proxy.quota.throttle import rate_throttle_time_ms
 from kafka_quota_proxy.quota.topics import Leadership, TopicQuotaManager
+from tests.support.managers import topic_produce
 
 CONFIG = MetricConfig(samples=11, window_ms=1000)
 KEY = sensor_key_text("produce", "cluster", ("Produce", "alice", ""))
@@ -626,12 +627,12 @@ def test_the_engine_shares_topic_quotas_in_scopes_broker_and_cluster_not_proxy(s
     broker = "10.0.0.1:9092"
     for i, engine in enumerate(engines):
         engine.leadership.observe("hot", [broker])
-        engine.scope(broker).topic_produce.admit("hot", 10_000 if i == 0 else 1, 5_000.0)
+        topic_produce(engine.scope(broker)).admit("hot", 10_000 if i == 0 else 1, 5_000.0)
     for _ in range(2):  # the second round brings the second replica's bytes to the first
         for i, engine in enumerate(engines):
             assert engine.shared is not None
             sums.sync(engine.shared, f"r{i}", 5_000.0)
-    seen = [e.scope(broker).topic_produce.measure("hot", 5_000.0) for e in engines]
+    seen = [topic_produce(e.scope(broker)).measure("hot", 5_000.0) for e in engines]
     assert seen == ([1_000.1, 1_000.1] if shared else [1_000.0, 0.1])
 
 

@@ -26,6 +26,10 @@ from prometheus_client.registry import Collector
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import kind_of
+from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
+from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
+from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 from kafka_quota_proxy.quota.rate import Rate
 from kafka_quota_proxy.quota.resolution import sanitize_user
 from kafka_quota_proxy.quota.shared_rate import SharedRate
@@ -74,7 +78,7 @@ class QuotaCollector(Collector):
                                   "scope allows (bytes/s): per broker, Q x partitions led / partitions",
                                   labels=labels)
         for scope, managers in engine.scopes():
-            for manager in (managers.topic_produce, managers.topic_fetch):
+            for manager in managers.topics.values():
                 for topic, stat in manager.topics(now):
                     names = [manager.key.value, scope, topic]
                     rate.add_metric(names, stat.measure(now))
@@ -114,30 +118,14 @@ class QuotaCollector(Collector):
                                          "for each request-rate kind (QuotaKind.counts)",
                                          labels=["quota_type", *LABELS])
         for scope, managers in engine.scopes():
-            # byte rates, request time, and each request-rate kind's (QuotaKind.counts)
-            rates = ((managers.produce, byte_rate), (managers.fetch, byte_rate),
-                     (managers.request, request_time),
-                     *((manager, request_rate) for manager in managers.counted.values()))
-            for manager, family in rates:
-                for key, stat in manager.sensors.entries(now):
-                    _, user, client = cast(tuple[str, str, str], key)
-                    labels = [scope, user, client]
-                    if not isinstance(stat, Rate):
-                        continue
-                    if family is request_time:
-                        family.add_metric(labels, stat.measure(now))
-                    else:
-                        family.add_metric([manager.key.value, *labels], stat.measure(now))
-                        if isinstance(stat, SharedRate):
-                            local_rate.add_metric([manager.key.value, *labels], Rate.measure(stat, now))
-                    bound = manager.resolver.quota((user, client))
-                    if bound is not None:
-                        limit.add_metric([manager.key.value, *labels], bound)
-            for key, stat in managers.mutation.sensors.entries(now):
-                if isinstance(stat, TokenBucket):
-                    _, user, client = cast(tuple[str, str, str], key)
-                    tokens.add_metric([scope, user, client], stat.tokens(now))
-                    mutation_rate.add_metric([scope, user, client], stat.rate_per_s)
+            for manager in managers.clients.values():
+                if isinstance(manager, ControllerMutationQuotaManager):
+                    self._mutations(scope, manager, now, tokens, mutation_rate)
+                elif isinstance(manager, ClientQuotaManager):
+                    # a byte rate, request time, or a request-rate kind's (QuotaKind.counts)
+                    family = (request_time if isinstance(manager, ClientRequestQuotaManager)
+                              else byte_rate if kind_of(manager.key).byte_rate else request_rate)
+                    self._rates(scope, manager, now, family, local_rate, limit)
         yield from self._producer_ids(now, limit)
         yield from (byte_rate, local_rate, request_time, mutation_rate, tokens, limit, request_rate)
         yield from self._topics(now)
@@ -174,6 +162,35 @@ class QuotaCollector(Collector):
             mode.add_metric([name], 1.0 if engine.settings.mode == name else 0.0)
         yield mode
 
+    @staticmethod
+    def _rates(scope: str, manager: ClientQuotaManager, now: int, family: GaugeMetricFamily,
+               local_rate: GaugeMetricFamily, limit: GaugeMetricFamily) -> None:
+        """One rate manager's entities: their rates (request time without a quota_type label, as
+        before), this replica's own part of a shared one, and the quota in force."""
+        for key, stat in manager.sensors.entries(now):
+            _, user, client = cast(tuple[str, str, str], key)
+            labels = [scope, user, client]
+            if not isinstance(stat, Rate):
+                continue
+            if isinstance(manager, ClientRequestQuotaManager):
+                family.add_metric(labels, stat.measure(now))
+            else:
+                family.add_metric([manager.key.value, *labels], stat.measure(now))
+                if isinstance(stat, SharedRate):
+                    local_rate.add_metric([manager.key.value, *labels], Rate.measure(stat, now))
+            bound = manager.resolver.quota((user, client))
+            if bound is not None:
+                limit.add_metric([manager.key.value, *labels], bound)
+
+    @staticmethod
+    def _mutations(scope: str, manager: ControllerMutationQuotaManager, now: int, tokens: GaugeMetricFamily,
+                   mutation_rate: GaugeMetricFamily) -> None:
+        for key, stat in manager.sensors.entries(now):
+            if isinstance(stat, TokenBucket):
+                _, user, client = cast(tuple[str, str, str], key)
+                tokens.add_metric([scope, user, client], stat.tokens(now))
+                mutation_rate.add_metric([scope, user, client], stat.rate_per_s)
+
     def _producer_ids(self, now: int, limit: GaugeMetricFamily) -> Iterator[Any]:
         """KIP-936: per user, the new-id rate, ids remembered, the estimated false-positive rate
         and refusals; per scope, the cache's size and what its caps turned away."""
@@ -194,8 +211,9 @@ class QuotaCollector(Collector):
         overfull = CounterMetricFamily(P + "producer_id_cache_overfull_adds", "Ids added to a filter "
                                        "already holding its capacity (its false-positive rate then "
                                        "rises above the configured one)", labels=["scope"])
-        for scope, managers in self.engine.scopes():
-            m = managers.producer_ids
+        found = ((scope, manager) for scope, managers in self.engine.scopes()
+                 for manager in managers.clients.values() if isinstance(manager, ProducerIdQuotaManager))
+        for scope, m in found:
             cache = m.cache
             users.add_metric([scope], len(cache))
             size.add_metric([scope], cache.memory_bytes())

@@ -14,12 +14,12 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.quota.connections import ConnectionQuotas
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import counted_kinds, tenant_kinds
+from kafka_quota_proxy.quota.kinds import QuotaKind, kinds, tenant_kinds
 from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
@@ -64,20 +64,32 @@ class ThrottleListener(Protocol):
     def throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None: ...
 
 
+# What measures one kind in a scope (QuotaKind.manager says which).
+Manager = ClientQuotaManager | ControllerMutationQuotaManager | ProducerIdQuotaManager
+M = TypeVar("M", ClientQuotaManager, ClientRequestQuotaManager, ControllerMutationQuotaManager,
+            ProducerIdQuotaManager)
+
+
 @dataclass
 class ScopeManagers:
-    """The managers of one measurement scope."""
+    """The managers of one measurement scope, one per kind known when the scope was first used
+    (quota/kinds.py): each tenant kind's by its key, and each topic kind's."""
 
-    produce: ClientQuotaManager
-    fetch: ClientQuotaManager
-    request: ClientRequestQuotaManager
-    mutation: ControllerMutationQuotaManager
-    producer_ids: ProducerIdQuotaManager
-    topic_produce: TopicQuotaManager
-    topic_fetch: TopicQuotaManager
-    # The request-rate kinds registered in quota/kinds.py (QuotaKind.counts), by key: Kafka's
-    # ClientQuotaManager over requests counted one each (the RequestCounts stage).
-    counted: dict[QuotaKey, ClientQuotaManager] = field(default_factory=dict)
+    clients: dict[QuotaKey, Manager]
+    topics: dict[QuotaKey, TopicQuotaManager]
+    # The clients that are Kafka's ClientQuotaManager (a byte rate, request time, a request-rate
+    # kind's), typed, for the stages that charge them on every request.
+    rates: dict[QuotaKey, ClientQuotaManager] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rates = {key: m for key, m in self.clients.items() if isinstance(m, ClientQuotaManager)}
+
+    def of(self, key: QuotaKey, manager: type[M]) -> M:
+        """The manager of `key`, which the kind declares to be a `manager`."""
+        return cast(M, self.clients[key])
+
+    def topic(self, key: QuotaKey) -> TopicQuotaManager:
+        return self.topics[key]
 
 
 @dataclass(slots=True)
@@ -259,29 +271,42 @@ class QuotaEngine:
         key = broker if scope == "broker" else scope
         found = self._scopes.get(key)
         if found is None:
-            found = self._scopes[key] = ScopeManagers(
-                produce=ClientQuotaManager(QuotaKey.PRODUCER_BYTE_RATE, self.store, self.config,
-                                           self._new_sensors(), self._stats("produce", key)),
-                fetch=ClientQuotaManager(QuotaKey.CONSUMER_BYTE_RATE, self.store, self.config,
-                                         self._new_sensors(), self._stats("fetch", key)),
-                request=ClientRequestQuotaManager(self.store, self.config, self._new_sensors()),
-                mutation=ControllerMutationQuotaManager(self.store, self.config, self._new_sensors(),
-                                                        self._stats("mutation", key)),
-                producer_ids=self._producer_id_manager(key),
-                topic_produce=self._topic_manager(QuotaKey.PRODUCER_BYTE_RATE, key),
-                topic_fetch=self._topic_manager(QuotaKey.CONSUMER_BYTE_RATE, key),
-                counted={kind.key: ClientQuotaManager(kind.key, self.store, self.config, self._new_sensors())
-                         for kind in counted_kinds()},
-            )
+            found = self._scopes[key] = self._scope_managers(key)
         return found
 
-    def _topic_manager(self, key: QuotaKey, scope: str) -> TopicQuotaManager:
+    def _scope_managers(self, scope: str) -> ScopeManagers:
+        """A manager for each kind known (QuotaKind.manager), and a topic manager for each kind
+        a topic may carry; ip kinds are the engine's own (`connections`), one per proxy."""
+        builders: dict[str, Callable[[QuotaKind, str], Manager]] = {
+            "rate": self._rate_manager, "request_time": self._request_manager,
+            "token_bucket": self._mutation_manager, "producer_ids": self._producer_id_manager}
+        clients: dict[QuotaKey, Manager] = {}
+        topics: dict[QuotaKey, TopicQuotaManager] = {}
+        for kind in kinds():
+            if kind.manager != "connections":
+                clients[kind.key] = builders[kind.manager](kind, scope)
+            if kind.topic:
+                topics[kind.key] = self._topic_manager(kind, scope)
+        return ScopeManagers(clients, topics)
+
+    def _rate_manager(self, kind: QuotaKind, scope: str) -> ClientQuotaManager:
+        return ClientQuotaManager(kind.key, self.store, self.config, self._new_sensors(),
+                                  self._stats(kind.shared, scope))
+
+    def _request_manager(self, kind: QuotaKind, scope: str) -> ClientRequestQuotaManager:
+        return ClientRequestQuotaManager(self.store, self.config, self._new_sensors())
+
+    def _mutation_manager(self, kind: QuotaKind, scope: str) -> ControllerMutationQuotaManager:
+        return ControllerMutationQuotaManager(self.store, self.config, self._new_sensors(),
+                                              self._stats(kind.shared, scope))
+
+    def _topic_manager(self, kind: QuotaKind, scope: str) -> TopicQuotaManager:
         """Scope `broker` allows a topic the share of the partitions its broker leads; `proxy`
         and `cluster` the whole budget."""
         broker = scope if self.settings.scope == "broker" else None
-        kind = "topic-produce" if key == QuotaKey.PRODUCER_BYTE_RATE else "topic-fetch"
-        return TopicQuotaManager(key, self.store, self.config, self._new_sensors(), self.leadership, broker,
-                                 self.broker_count, self._stats(kind, scope))
+        stats = self._stats(f"topic-{kind.shared}" if kind.shared else "", scope)
+        return TopicQuotaManager(kind.key, self.store, self.config, self._new_sensors(), self.leadership,
+                                 broker, self.broker_count, stats)
 
     def _shares(self, scope: str) -> bool:
         """Whether a scope's measurements go to the store: scope `proxy` is one process's
@@ -289,11 +314,11 @@ class QuotaEngine:
         return scope != "proxy" or self.share_proxy_scope
 
     def _stats(self, kind: str, scope: str) -> StatFactory | None:
-        if self.shared is None or not self._shares(scope):
+        if not kind or self.shared is None or not self._shares(scope):
             return None
         return ScopedShared(self.shared, kind, scope)
 
-    def _producer_id_manager(self, scope: str) -> ProducerIdQuotaManager:
+    def _producer_id_manager(self, kind: QuotaKind, scope: str) -> ProducerIdQuotaManager:
         s = self.settings.producer_ids
         cache = ProducerIdCache(s.window_ms, s.expected_ids_per_window, s.false_positive_rate, s.max_users,
                                 s.max_bits_per_user, self.producer_id_seed)
@@ -304,16 +329,22 @@ class QuotaEngine:
         if shared is None or not self._shares(scope):
             return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache)
         return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache,
-                                      ScopedShared(shared, "pids", scope), self.shared_ids)
+                                      ScopedShared(shared, kind.shared, scope), self.shared_ids)
+
+    def _producer_id_managers(self) -> Iterator[ProducerIdQuotaManager]:
+        for managers in self._scopes.values():
+            for manager in managers.clients.values():
+                if isinstance(manager, ProducerIdQuotaManager):
+                    yield manager
 
     def tracks_producer_ids(self) -> bool:
         """Whether any scope's seen-id cache holds a user (its cleanup then has work)."""
-        return any(len(m.producer_ids.cache) for m in self._scopes.values())
+        return any(len(m.cache) for m in self._producer_id_managers())
 
     def expire_producer_ids(self) -> None:
         now = self.clock()
-        for managers in self._scopes.values():
-            managers.producer_ids.expire(now)
+        for manager in self._producer_id_managers():
+            manager.expire(now)
 
     def scopes(self) -> Iterator[tuple[str, ScopeManagers]]:
         yield from self._scopes.items()

@@ -23,6 +23,7 @@ from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throttle
 from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 
 # Strict (KIP-599) from these versions: over quota is refused, not throttled afterwards.
 STRICT_FROM = {CREATE_TOPICS: 6, DELETE_TOPICS: 5, CREATE_PARTITIONS: 3}
@@ -49,7 +50,7 @@ class ControllerMutationCharge(RequestStage):
         if charging is None:
             return None
         switches, now = charging
-        bucket = managers(ctx).mutation
+        bucket = managers(ctx).of(QuotaKey.CONTROLLER_MUTATION_RATE, ControllerMutationQuotaManager)
         request = ctx.decode_request()
         permits = ctx.charge().permits = mutation_permits(ctx.api_key, request, self.topic_partitions)
         if ctx.api_version >= STRICT_FROM[ctx.api_key] and switches.enforcing:

@@ -37,6 +37,10 @@ from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throt
 from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 
+# The kinds charged here, looked up in a scope's managers on every request.
+PRODUCE_BYTES = QuotaKey.PRODUCER_BYTE_RATE
+FETCH_BYTES = QuotaKey.CONSUMER_BYTE_RATE
+
 # What a Produce refused for the producer-id quota (action `reject`) fails its partitions with:
 # THROTTLING_QUOTA_EXCEEDED, the error KIP-599 made for a quota that refuses instead of delaying.
 # The Java producer retries it (ThrottlingQuotaExceededException is retriable) until
@@ -82,7 +86,7 @@ class QuotaCharge(RequestStage):
             except ProtocolError:
                 return 0  # for the stages to refuse (ApiVersionsGate, WellFormed)
         q = managers(ctx)
-        manager = q.produce if key == PRODUCE else q.fetch
+        manager = q.rates[PRODUCE_BYTES if key == PRODUCE else FETCH_BYTES]
         return manager.paced_wait_ms(user, client_id, now, conn.charge_handles, admit=True)
 
     def _owed_ms(self, ctx: RequestContext) -> int:
@@ -96,7 +100,7 @@ class QuotaCharge(RequestStage):
         charging = self.engine.charging(conn.principal, ctx.header.client_id or "")
         if charging is None:
             return 0
-        return managers(ctx).produce.owed_wait_ms(conn.charge_handles, charging[1])
+        return managers(ctx).rates[PRODUCE_BYTES].owed_wait_ms(conn.charge_handles, charging[1])
 
     def on_request(self, ctx: RequestContext) -> Reply | None:
         engine = self.engine
@@ -126,7 +130,8 @@ class QuotaCharge(RequestStage):
             ctx.charge().managers = q  # QuotaSettle has the response to charge: fetched bytes, request time
         if key == PRODUCE:
             if switches.counting_producer_ids:
-                refused = self._producer_ids(ctx, q.producer_ids, user, now, switches.enforcing)
+                ids = q.of(QuotaKey.PRODUCER_IDS_RATE, ProducerIdQuotaManager)
+                refused = self._producer_ids(ctx, ids, user, now, switches.enforcing)
                 if refused is not None:
                     return refused
             # Charged on arrival: the connection then reads nothing more from a client over its
@@ -134,8 +139,8 @@ class QuotaCharge(RequestStage):
             # broker: a topic quota may have cut refused topics out. Over its quota, or by its
             # bytes so far, the connection reads one request at a time, as a broker does (see
             # the module docstring); paced, the requests wait for their turns instead.
-            throttle_ms, over = q.produce.charge(user, client_id, ctx.forward_size - 4, now,
-                                                 conn.charge_handles, switches.paced)
+            throttle_ms, over = q.rates[PRODUCE_BYTES].charge(
+                user, client_id, ctx.forward_size - 4, now, conn.charge_handles, switches.paced)
             if throttle_ms:
                 throttle(engine, ctx, QuotaKey.PRODUCER_BYTE_RATE, throttle_ms, now)
             conn.read_alone = over
@@ -177,8 +182,9 @@ class QuotaCharge(RequestStage):
         than a second of quota. With Kafka's cap, Tansu (which sizes responses by max_bytes
         and ignores max.partition.fetch.bytes) answered 6 MB at a time to a 1 MiB/s consumer:
         one delivery fitted per window and the consumer averaged a fraction of its quota."""
-        window_max = q.fetch.max_value_in_quota_window(user, client_id)
-        quota = q.fetch.quota(user, client_id)
+        fetch = q.rates[FETCH_BYTES]
+        window_max = fetch.max_value_in_quota_window(user, client_id)
+        quota = fetch.quota(user, client_id)
         if quota is None:
             return float(window_max)
         return min(window_max, quota * self.engine.config.window_ms / 1000)

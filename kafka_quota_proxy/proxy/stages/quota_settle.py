@@ -33,6 +33,10 @@ from kafka_quota_proxy.proxy.stages.throttling import (
 )
 from kafka_quota_proxy.quota.entities import QuotaKey
 
+# The kinds charged here, looked up in a scope's managers on every request.
+FETCH_BYTES = QuotaKey.CONSUMER_BYTE_RATE
+REQUEST_TIME = QuotaKey.REQUEST_PERCENTAGE
+
 
 class QuotaSettle(ResponseStage):
     """Charges what the response tells: Fetch and ShareFetch bytes, request time. A streamed
@@ -67,7 +71,7 @@ class QuotaSettle(ResponseStage):
         key = ctx.api_key
         request_throttle = 0
         if key not in REQUEST_QUOTA_EXEMPT and switches.request_quotas:
-            request_throttle = q.request.record_and_get_throttle_ms(
+            request_throttle = q.rates[REQUEST_TIME].record_and_get_throttle_ms(
                 user, client_id, request_time_ms(ctx, perf_counter()), now, ctx.conn.charge_handles)
         if key == FETCH or (key in FETCHES and _charged_share_fetch(body, ctx.api_version)):
             # FetchResponse.sizeOf and ShareFetchResponse.sizeOf: the body and its 4-byte size
@@ -75,14 +79,14 @@ class QuotaSettle(ResponseStage):
             deliver = key != FETCH and switches.settings.share_fetch_throttle == "deliver"
             if switches.paced:
                 return self._paced(ctx, body, size, request_throttle, deliver, now, switches.enforcing)
-            fetch_throttle = q.fetch.record_and_get_throttle_ms(user, client_id, size, now,
-                                                                ctx.conn.charge_handles)
+            fetch = q.rates[FETCH_BYTES]
+            fetch_throttle = fetch.record_and_get_throttle_ms(user, client_id, size, now,
+                                                              ctx.conn.charge_handles)
             if fetch_throttle > 0 or request_throttle > 0:
                 if deliver and fetch_throttle > 0:
                     # Delivered over the quota: held for its bytes at the quota, not Kafka's
                     # throttle, which lets the consumer through in window-sized bursts.
-                    fetch_throttle = q.fetch.pace_ms(user, client_id, size, now,
-                                                     ctx.conn.charge_handles)
+                    fetch_throttle = fetch.pace_ms(user, client_id, size, now, ctx.conn.charge_handles)
                 throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, fetch_throttle, now)
                 throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
                 if deliver:
@@ -90,7 +94,7 @@ class QuotaSettle(ResponseStage):
                 if switches.enforcing:
                     # Kafka un-records the bytes and sends an empty response in their place,
                     # still carrying max(broker's, proxy's) throttle.
-                    q.fetch.unrecord(user, client_id, size, now)
+                    fetch.unrecord(user, client_id, size, now)
                     return _empty(ctx, body, now)
                 return None
         throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
@@ -105,14 +109,14 @@ class QuotaSettle(ResponseStage):
         charged, muted until the entity's turn: a fetch stays all or nothing (a ShareFetch
         with `share_fetch_throttle: deliver` is always delivered). Over the request quota, as on
         Kafka, it is answered empty too."""
-        engine, q = self.engine, _charged_to(ctx)
+        engine, fetch = self.engine, _charged_to(ctx).rates[FETCH_BYTES]
         user, client_id = client_of(ctx)
         handles = ctx.conn.charge_handles
         wait = 0
         if not deliver and enforcing:
-            wait = q.fetch.paced_wait_ms(user, client_id, now, handles)
+            wait = fetch.paced_wait_ms(user, client_id, now, handles)
         if deliver or not enforcing or not (wait or request_throttle):
-            mute = q.fetch.record_and_get_throttle_ms(user, client_id, size, now, handles, paced=True)
+            mute = fetch.record_and_get_throttle_ms(user, client_id, size, now, handles, paced=True)
             throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, mute, now)
             throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
             return None
@@ -163,5 +167,5 @@ def _take_back_topics(ctx: RequestContext, now: float) -> None:
     if managers is not None:
         for topic, passed, _ in counted:
             if passed:
-                managers.topic_fetch.unrecord(topic, passed, now)
+                managers.topic(QuotaKey.CONSUMER_BYTE_RATE).unrecord(topic, passed, now)
     ctx.topic_bytes = [(topic, 0, refused) for topic, _, refused in counted if refused]

@@ -1,6 +1,6 @@
 """The request-rate kinds registered in quota/kinds.py (`QuotaKind.counts`): each request of a
 kind's API keys is counted once on the kind's manager, Kafka's ClientQuotaManager over that
-count (ScopeManagers.counted), and a request over the rate is throttled by Kafka's rule
+count (ScopeManagers.rate), and a request over the rate is throttled by Kafka's rule
 (KIP-219: told, and its connection muted). The one stage every such kind shares: a new one is
 declared in kinds.py alone."""
 
@@ -28,8 +28,8 @@ class RequestCounts(RequestStage):
         if charging is None:
             return None
         now = charging[1]
-        counted = managers(ctx).counted
+        q = managers(ctx)
         for key in self._by_api[ctx.header.api_key]:
-            throttle_ms = counted[key].record_and_get_throttle_ms(user, client_id, 1.0, now)
+            throttle_ms = q.rates[key].record_and_get_throttle_ms(user, client_id, 1.0, now)
             throttle(engine, ctx, key, throttle_ms, now)
         return None

@@ -52,6 +52,7 @@ from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers
+from kafka_quota_proxy.quota.entities import QuotaKey
 
 # What a refused topic's partitions fail with, by `quota.topic_refusal`. The choice and what each
 # client does with it (bench/produce_refusal_clients.py): docs/topic-quotas.md.
@@ -101,7 +102,7 @@ class TopicQuotaCharge(RequestStage):
             layout = produce_layout(ctx.frame, ctx.header.body_offset, ctx.api_version)
         except ProtocolError:
             return None  # the broker answers a request it cannot read
-        manager = managers(ctx).topic_produce
+        manager = managers(ctx).topic(QuotaKey.PRODUCER_BYTE_RATE)
         now = engine.clock()
         enforcing = engine.enforcing
         refused: list[int] = []
@@ -261,7 +262,7 @@ class TopicFetchSettle(ResponseStage):
             layout = fetch_topics(body, ctx.broker_version)
         except ProtocolError:
             return None  # what the client makes of it is the broker's answer, unchanged
-        manager = q.topic_fetch
+        manager = q.topic(QuotaKey.CONSUMER_BYTE_RATE)
         now = engine.clock()
         enforcing = engine.enforcing
         hot: set[int] = set()
@@ -320,7 +321,7 @@ class TopicShareFetchSettle(ResponseStage):
             topics = share_fetch_topics(body, version)
         except ProtocolError:
             return None  # what the client makes of it is the broker's answer, unchanged
-        manager = q.topic_fetch
+        manager = q.topic(QuotaKey.CONSUMER_BYTE_RATE)
         now = engine.clock()
         counted: list[tuple[str, int, int]] = []
         longest = 0

@@ -34,6 +34,7 @@ from kafka_quota_proxy.proxy.context import RequestContext
 from tests.proxy.conftest import correlation_id, running
 from tests.proxy.quota_support import START_MS, Client, connect, run, scope
 from tests.support.fake_broker import BrokerConn
+from tests.support.managers import produce_bytes
 
 SPEED = 5  # quota-clock milliseconds per event-loop millisecond
 TOPICS = ("orders", "audit")
@@ -244,7 +245,7 @@ async def play(scenario: Scenario, seen: Seen) -> None:
         h.proxy.engine.clock = lambda: START_MS + int((loop.time() - start) * 1000 * SPEED)
         if scenario.enforcement != "none":
             # Another client of the entity has just spent its allowance (window_num 2: 1 s).
-            h.proxy.engine.scope(scope(h)).produce.record_and_get_throttle_ms(
+            produce_bytes(h.proxy.engine.scope(scope(h))).record_and_get_throttle_ms(
                 "ANONYMOUS", "c", rate, START_MS, paced=scenario.enforcement == "paced")
         (charge,) = h.proxy.pipeline.request_holds(0)
         asked = charge.hold_ms

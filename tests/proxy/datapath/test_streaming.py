@@ -27,6 +27,7 @@ from tests.proxy.quota_support import (
     run,
 )
 from tests.support.fake_broker import BrokerConn, Chunked, list_groups_v0_body
+from tests.support.managers import fetch_bytes
 
 RECORDS = b"r" * (3 * STREAM_FROM)  # a response well over the streaming threshold
 PAUSE = 0.3
@@ -106,7 +107,7 @@ def test_a_streamed_fetch_over_quota_is_replaced_and_the_rest_dropped() -> None:
             size = len(fetch_response(11, 0, RECORDS)) + 4
             assert response.throttle_time_ms == math.floor((size / 10 - 19_000) / 19_000 * 10_000 + 0.5)
             q = h.proxy.engine.scope(f"127.0.0.1:{h.broker.port}")
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 0.0  # un-recorded
+            assert fetch_bytes(q).measure("ANONYMOUS", "c", START_MS) == 0.0  # un-recorded
             # The dropped pieces do not leak into the next response.
             assert (await c.call(list_groups(0))).error_code == 0
             c.close()

@@ -18,6 +18,7 @@ from kafka_quota_proxy.proxy.observability.quota_metrics import QuotaCollector
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
+from tests.support.managers import produce_bytes
 
 
 def quoted_engine() -> QuotaEngine:
@@ -41,7 +42,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 def test_a_scrape_from_another_thread_reads_on_the_loop(loop: asyncio.AbstractEventLoop) -> None:
     engine = quoted_engine()
-    engine.scope("b:1").produce.record_and_get_throttle_ms("alice", "app", 100.0, 1_000)
+    produce_bytes(engine.scope("b:1")).record_and_get_throttle_ms("alice", "app", 100.0, 1_000)
     read_on: list[int] = []
     scopes = engine.scopes
 
@@ -78,7 +79,7 @@ def test_scrapes_while_the_loop_records_never_fail(loop: asyncio.AbstractEventLo
         while not stop:
             for _ in range(200):
                 n += 1
-                managers.produce.record_and_get_throttle_ms("u", f"c{n % 5000}", 10.0, 1_000)
+                produce_bytes(managers).record_and_get_throttle_ms("u", f"c{n % 5000}", 10.0, 1_000)
                 engine.throttles.add("produce", "u", f"c{n}", 1, 1_000)
             rounds[0] += 1
             await asyncio.sleep(0)

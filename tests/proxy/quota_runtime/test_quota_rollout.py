@@ -25,6 +25,7 @@ from tests.proxy.quota_support import (
     run,
     scope,
 )
+from tests.support.managers import fetch_bytes, produce_bytes, request_time
 
 # --- rollout switches ---------------------------------------------------------------------------
 
@@ -71,8 +72,8 @@ def test_exempt_clients_are_never_measured(switch: dict[str, Any]) -> None:
             for _ in range(3):
                 assert (await c.call(produce(7, 20_000))).throttle_time_ms == 0
             q = h.proxy.engine.scope(scope(h))
-            assert len(q.produce.sensors) == 0 and len(q.request.sensors) == 0
-            assert q.produce.quota("ANONYMOUS", "c") == 500  # the quota exists, it just is not applied
+            assert len(produce_bytes(q).sensors) == 0 and len(request_time(q).sensors) == 0
+            assert produce_bytes(q).quota("ANONYMOUS", "c") == 500  # the quota exists, it just is not applied
             c.close()
     run(scenario())
 
@@ -88,7 +89,7 @@ def test_mode_off_measures_nothing() -> None:
             for c in clients:
                 assert (await c.call(produce(7, 20_000))).throttle_time_ms == 0
             # The connections found their scope's managers on connecting; none measured anything.
-            assert [(len(q.produce.sensors), len(q.fetch.sensors), len(q.request.sensors))
+            assert [(len(produce_bytes(q).sensors), len(fetch_bytes(q).sensors), len(request_time(q).sensors))
                     for _, q in h.proxy.engine.scopes()] == [(0, 0, 0)]
             assert h.proxy.engine.connections.measure("127.0.0.1", START_MS) == 0.0
             assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="produce",
@@ -134,6 +135,6 @@ def test_capped_tracker_counts_dropped_entities() -> None:
                 assert (await c.call(produce(7), client_id=client_id)).throttle_time_ms == 0
                 assert metric(h, "kafka_quota_proxy_quota_entities_dropped_total") == [0, 1, 2, 2][n]
             q = h.proxy.engine.scope(scope(h))
-            assert [key for key, _ in q.produce.sensors.entries(START_MS)] == [("Produce", "", "a")]
+            assert [key for key, _ in produce_bytes(q).sensors.entries(START_MS)] == [("Produce", "", "a")]
             c.close()
     run(scenario())

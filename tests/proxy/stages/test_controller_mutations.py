@@ -26,6 +26,7 @@ from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from tests.proxy.conftest import request_frame
 from tests.proxy.quota_support import create_topics
+from tests.support.managers import mutation_bucket
 
 NOW = 5_000
 BROKER = "b1:9092"
@@ -46,7 +47,7 @@ def creating(e: QuotaEngine, version: int, partitions: int) -> RequestContext:
 
 
 def tokens(e: QuotaEngine) -> float | None:
-    return e.scope(BROKER).mutation.tokens("alice", "c", NOW)
+    return mutation_bucket(e.scope(BROKER)).tokens("alice", "c", NOW)
 
 
 def throttles(e: QuotaEngine) -> dict[tuple[str, str, str], tuple[int, int]]:

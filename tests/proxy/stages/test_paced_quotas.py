@@ -32,6 +32,7 @@ from tests.proxy.quota_support import (
     scope,
 )
 from tests.support.fake_broker import BrokerConn
+from tests.support.managers import fetch_bytes, produce_bytes
 
 # window_num 2: Kafka's first allowance, and the pace's credit, is (N-1) W = 1 s of quota.
 PACED = {"byte_rate_enforcement": "paced", "window_num": 2}
@@ -72,7 +73,8 @@ def test_a_second_connection_waits_for_the_turn_the_first_took(enforcement: str)
                 assert (await second.recv(produce(7, 1000)))[1].throttle_time_ms == 10
             q = h.proxy.engine.scope(scope(h))
             # Kafka's rate, as ever: over the 1 s every window starts with, and the 50 ms since.
-            assert q.produce.measure("ANONYMOUS", "c", now[0]) == 106_000 / (1 + (now[0] - START_MS) / 1000)
+            rate = produce_bytes(q).measure("ANONYMOUS", "c", now[0])
+            assert rate == 106_000 / (1 + (now[0] - START_MS) / 1000)
             first.close()
             second.close()
     run(scenario())
@@ -114,7 +116,7 @@ def test_a_fetch_whose_turn_another_connection_took_is_answered_empty() -> None:
             assert delivered[0].throttle_time_ms == 50  # paid for 50 ms after now
             assert (empty[0].throttle_time_ms, empty[0].error_code) == (50, 0)
             q = h.proxy.engine.scope(scope(h))
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 105_000  # the delivered one alone
+            assert fetch_bytes(q).measure("ANONYMOUS", "c", START_MS) == 105_000  # the delivered one alone
             one.close()
             two.close()
     run(scenario())

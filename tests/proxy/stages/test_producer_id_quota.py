@@ -25,6 +25,7 @@ from tests.proxy.quota_support import (
     run,
     scope,
 )
+from tests.support.managers import produce_bytes, producer_id_rate
 
 T = ProduceRequest.TopicProduceData
 
@@ -115,8 +116,8 @@ def test_reject_fails_every_partition_and_forwards_nothing(version: int) -> None
             assert metric(h, "kafka_quota_proxy_producer_id_rejections_total", scope=s, user="ANONYMOUS") == 1
             assert metric(h, "kafka_quota_proxy_producer_ids_tracked", scope=s, user="ANONYMOUS") == 5
             q = h.proxy.engine.scope(s)
-            assert q.producer_ids.measure("ANONYMOUS", START_MS) == 0.5  # the refused id uncounted
-            assert q.produce.measure("ANONYMOUS", "c", START_MS) == 0.0  # no byte quota: unmeasured
+            assert producer_id_rate(q).measure("ANONYMOUS", START_MS) == 0.5  # the refused id uncounted
+            assert produce_bytes(q).measure("ANONYMOUS", "c", START_MS) == 0.0  # no byte quota: unmeasured
             c.close()
     run(scenario())
 
@@ -183,7 +184,7 @@ def test_exempt_principals_are_not_counted() -> None:
             c = await connect(h)
             await c.call(produce(list(range(50))))
             assert script.api_keys == [0]
-            assert len(h.proxy.engine.scope(scope(h)).producer_ids.cache) == 0
+            assert len(producer_id_rate(h.proxy.engine.scope(scope(h))).cache) == 0
             c.close()
     run(scenario())
 

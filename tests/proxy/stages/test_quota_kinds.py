@@ -31,6 +31,7 @@ from tests.proxy.quota_support import (
     run,
     scope,
 )
+from tests.support.managers import mutation_bucket, request_time
 
 # --- request quota ------------------------------------------------------------------------------
 
@@ -44,11 +45,11 @@ def test_request_quota_throttles_slow_requests_for_at_most_one_window() -> None:
             q = h.proxy.engine.scope(scope(h))
             versions = await c.call(api_versions())
             assert versions.throttle_time_ms == 0
-            assert len(q.request.sensors) == 0  # ApiVersions is not charged
+            assert len(request_time(q).sensors) == 0  # ApiVersions is not charged
 
             # A fast request: its time (proxy and broker) is charged, well under 2 % of a thread.
             assert (await c.call(list_groups())).throttle_time_ms == 0
-            charged = q.request.measure("ANONYMOUS", "c", START_MS)
+            charged = request_time(q).measure("ANONYMOUS", "c", START_MS)
             assert 0 < charged < 2
 
             # 300 ms of broker time: 30 %-s over a fresh 10 s window is 3 %, and
@@ -56,7 +57,7 @@ def test_request_quota_throttles_slow_requests_for_at_most_one_window() -> None:
             script.delay = 0.3
             response = await c.call(list_groups())
             assert response.throttle_time_ms == 1000
-            assert q.request.measure("ANONYMOUS", "c", START_MS) >= 3.0
+            assert request_time(q).measure("ANONYMOUS", "c", START_MS) >= 3.0
             assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="request",
                           user="ANONYMOUS", client_id="c") == 1
             c.close()
@@ -82,7 +83,7 @@ def test_strict_create_topics_over_quota_is_refused_by_the_proxy() -> None:
             # The bucket was not below zero: accepted in full, forwarded, not throttled.
             assert first.throttle_time_ms == 0
             assert [t.error_code for t in first.topics] == [0, 0, 0]
-            assert q.mutation.tokens("ANONYMOUS", "c", now[0]) == 1100 - 1111
+            assert mutation_bucket(q).tokens("ANONYMOUS", "c", now[0]) == 1100 - 1111
             assert script.api_keys == [19]
 
             refused = await c.call(create_topics(6, [("x", 1, 0), ("y", 2, 0)]))
@@ -90,7 +91,7 @@ def test_strict_create_topics_over_quota_is_refused_by_the_proxy() -> None:
             assert [(t.name, t.error_code, t.error_message) for t in refused.topics] == [
                 ("x", 89, "The throttling quota has been exceeded."),
                 ("y", 89, "The throttling quota has been exceeded.")]
-            assert q.mutation.tokens("ANONYMOUS", "c", now[0]) == -11  # nothing recorded
+            assert mutation_bucket(q).tokens("ANONYMOUS", "c", now[0]) == -11  # nothing recorded
 
             now[0] += 60  # 6 tokens back: 5 short
             again = await c.call(create_topics(7, [("x", 1, 0)]))
@@ -115,7 +116,7 @@ def test_permissive_create_topics_is_forwarded_and_throttled() -> None:
             assert [t.error_code for t in response.topics] == [0, 0, 0]
             assert script.api_keys == [19]
             q = h.proxy.engine.scope(scope(h))
-            assert q.mutation.tokens("ANONYMOUS", "c", now[0]) == -11
+            assert mutation_bucket(q).tokens("ANONYMOUS", "c", now[0]) == -11
             c.close()
     run(scenario())
 
@@ -135,7 +136,7 @@ def test_delete_topics_by_id_are_charged() -> None:
             # Partition counts by id are unknown to the proxy: one permit per topic, as for a name
             # it has not seen in a Metadata response.
             q = h.proxy.engine.scope(scope(h))
-            assert q.mutation.tokens("ANONYMOUS", "c", now[0]) == 1100 - 12
+            assert mutation_bucket(q).tokens("ANONYMOUS", "c", now[0]) == 1100 - 12
             c.close()
     run(scenario())
 

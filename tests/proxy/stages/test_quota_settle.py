@@ -29,6 +29,7 @@ from tests.proxy.quota_support import (
     produce_response,
     records_for_fetch_size,
 )
+from tests.support.managers import fetch_bytes, request_time
 
 NOW = 5_000
 BROKER = "b1:9092"
@@ -57,7 +58,7 @@ def fetched(size: int) -> memoryview:
 
 
 def fetch_rate(e: QuotaEngine) -> float:
-    return e.scope(BROKER).fetch.measure("alice", "c", NOW)
+    return fetch_bytes(e.scope(BROKER)).measure("alice", "c", NOW)
 
 
 def throttles(e: QuotaEngine) -> dict[tuple[str, str, str], tuple[int, int]]:
@@ -127,7 +128,7 @@ def test_the_request_quota_charges_the_requests_time_its_throttle_bounded_to_a_w
     # proxy's and 0.2 s at the broker (acks 1, not waiting by design): 1,000 ms
     ctx.times.received, ctx.times.sent, ctx.times.answered = 99.0, 99.1, 99.3
     assert QuotaSettle(e).on_response(ctx, memoryview(produce_response(7, 0))) is None
-    request_rate = e.scope(BROKER).request.measure("alice", "c", NOW)
+    request_rate = request_time(e.scope(BROKER)).measure("alice", "c", NOW)
     assert request_rate == pytest.approx(10.0)  # 100 percent-seconds over 10 s: 10% of a thread
     # Kafka's throttle would be (10 - 1) / 1 x 10 s; the request quota bounds it to one window
     assert kafka_throttle(10.0, 1.0) > 1_000

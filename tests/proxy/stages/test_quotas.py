@@ -38,6 +38,7 @@ from tests.proxy.quota_support import (
     run,
     scope,
 )
+from tests.support.managers import fetch_bytes, produce_bytes, request_time
 
 # --- Produce ------------------------------------------------------------------------------------
 
@@ -62,7 +63,7 @@ def test_produce_over_quota_gets_kafkas_throttle_and_is_muted(version: int) -> N
             # The broker's partition results are the client's, untouched.
             assert [p.base_offset for t in response.responses for p in t.partition_responses] == [42]
             q = h.proxy.engine.scope(scope(h))
-            assert q.produce.measure("ANONYMOUS", "c", START_MS) == size / 10
+            assert produce_bytes(q).measure("ANONYMOUS", "c", START_MS) == size / 10
 
             # The next request is not read until the throttle has run out.
             corr = await c.send(list_groups())
@@ -246,7 +247,7 @@ def test_fetch_over_quota_gets_the_throttled_empty_response(version: int) -> Non
             assert first.throttle_time_ms == 0
             assert [len(p.records) for t in first.responses for p in t.partitions] == [
                 len(script.fetch_records)]
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 50.0
+            assert fetch_bytes(q).measure("ANONYMOUS", "c", START_MS) == 50.0
 
             script.fetch_records = records_for_fetch_size(version, 505)
             started = asyncio.get_running_loop().time()
@@ -258,7 +259,7 @@ def test_fetch_over_quota_gets_the_throttled_empty_response(version: int) -> Non
             assert (second.throttle_time_ms, second.error_code, second.session_id) == (expected, 0, SESSION)
             assert second.responses == []
             # The bytes the client never got are taken back.
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 50.0
+            assert fetch_bytes(q).measure("ANONYMOUS", "c", START_MS) == 50.0
             assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
                           user="ANONYMOUS", client_id="c") == 1
 
@@ -316,7 +317,7 @@ def test_follower_fetch_is_untouched(version: int) -> None:
             assert raw[8 + (version >= 12):] == fetch_response(version, 0, script.fetch_records)
             assert response.throttle_time_ms == 0
             q = h.proxy.engine.scope(scope(h))
-            assert len(q.fetch.sensors) == 0 and len(q.request.sensors) == 0
+            assert len(fetch_bytes(q).sensors) == 0 and len(request_time(q).sensors) == 0
             c.close()
     run(scenario())
 

@@ -47,7 +47,7 @@ def test_a_registered_request_rate_kind_is_configured_enforced_described_metered
                 for _ in range(20):
                     assert (await c.call(list_groups())).throttle_time_ms == 0
                 assert (await c.call(list_groups())).throttle_time_ms == kafka_throttle(2.1, 2) == 500
-                manager = h.proxy.engine.scope(scope(h)).counted[LIST_GROUPS_RATE.key]
+                manager = h.proxy.engine.scope(scope(h)).rates[LIST_GROUPS_RATE.key]
                 assert manager.measure("ANONYMOUS", "c", START_MS) == 2.1
                 assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="list_groups",
                               user="ANONYMOUS", client_id="c") == 1

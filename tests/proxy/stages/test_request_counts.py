@@ -72,7 +72,7 @@ def test_each_request_counts_one_and_the_one_over_the_rate_is_throttled_by_kafka
     ctx = request(e, LIST_GROUPS)
     assert stage.on_request(ctx) is None  # told by the response's throttle_time_ms, not answered here
     assert ctx.throttle_ms == kafka_throttle(2.1, 2) == 500
-    assert e.scope(BROKER).counted[LISTS.key].measure("alice", "c", NOW) == 2.1
+    assert e.scope(BROKER).rates[LISTS.key].measure("alice", "c", NOW) == 2.1
     assert throttles(e) == {("list_groups", "alice", "c"): (1, 500)}
 
 
@@ -81,9 +81,9 @@ def test_a_request_counts_for_every_kind_that_counts_its_key() -> None:
     stage = RequestCounts(e, (LISTS, GROUPS))
     for api_key in (LIST_GROUPS, LIST_GROUPS, DESCRIBE_GROUPS):
         stage.on_request(request(e, api_key))
-    counted = e.scope(BROKER).counted
-    assert counted[LISTS.key].measure("alice", "c", NOW) == 0.2  # 2 over 10 s
-    assert counted[GROUPS.key].measure("alice", "c", NOW) == 0.3  # 3 over 10 s
+    q = e.scope(BROKER)
+    assert q.rates[LISTS.key].measure("alice", "c", NOW) == 0.2  # 2 over 10 s
+    assert q.rates[GROUPS.key].measure("alice", "c", NOW) == 0.3  # 3 over 10 s
 
 
 @pytest.mark.parametrize("mode", ["observe", "off"])
@@ -104,12 +104,12 @@ def test_an_exempt_client_is_not_charged() -> None:
     ctx = request(e, LIST_GROUPS)
     RequestCounts(e, (LISTS,)).on_request(ctx)
     assert ctx.throttle_ms == 0
-    assert e.scope(BROKER).counted[LISTS.key].measure("alice", "c", NOW) == 0.0
+    assert e.scope(BROKER).rates[LISTS.key].measure("alice", "c", NOW) == 0.0
 
 
 def test_nothing_is_charged_before_any_client_quota_is_configured() -> None:
     e = engine({})
     ctx = request(e, LIST_GROUPS)
     RequestCounts(e, (LISTS,)).on_request(ctx)
-    assert e.scope(BROKER).counted[LISTS.key].measure("alice", "c", NOW) == 0.0
+    assert e.scope(BROKER).rates[LISTS.key].measure("alice", "c", NOW) == 0.0
     assert throttles(e) == {}

@@ -34,6 +34,7 @@ from tests.proxy.quota_support import (
     share_fetch,
 )
 from tests.support.fake_broker import NODE_ID
+from tests.support.managers import fetch_bytes
 
 FETCH_QUOTA = [{"client-id": "c", "consumer_byte_rate": 100}]
 KAFKAS_EMPTY = {"share_fetch_throttle": "empty"}  # Kafka 4.4's throttled ShareFetch
@@ -68,7 +69,7 @@ def test_share_fetch_over_quota_is_delivered_charged_and_muted_by_default(versio
             assert second.throttle_time_ms == 2_000 * 1000 // 100_000 == 20
             assert partitions(second) == [len(script.share_records)]  # the records, unchanged
             assert second.acquisition_lock_timeout_ms == LOCK_MS
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 100_100  # delivered: charged
+            assert fetch_bytes(q).measure("ANONYMOUS", "c", START_MS) == 100_100  # delivered: charged
             assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
                           user="ANONYMOUS", client_id="c") == 1
             corr = await c.send(list_groups())  # muted for the 20 ms (KIP-219)
@@ -122,7 +123,7 @@ def test_share_fetch_over_quota_gets_kafkas_throttled_empty_response(version: in
             c.writer.write(sent[0])
             _, first = await c.recv(request)
             assert first.throttle_time_ms == 0 and partitions(first) == [len(script.share_records)]
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 50.0  # 500 B over 10 s
+            assert fetch_bytes(q).measure("ANONYMOUS", "c", START_MS) == 50.0  # 500 B over 10 s
 
             script.share_records = records_for_share_fetch_size(version, 505)
             started = asyncio.get_running_loop().time()
@@ -135,7 +136,7 @@ def test_share_fetch_over_quota_gets_kafkas_throttled_empty_response(version: in
                     second.node_endpoints) == (expected, 0, [], [])
             assert second.acquisition_lock_timeout_ms == LOCK_MS  # the broker's, kept
             # The bytes the client never got are taken back, as Kafka unrecords them.
-            assert q.fetch.measure("ANONYMOUS", "c", START_MS) == 50.0
+            assert fetch_bytes(q).measure("ANONYMOUS", "c", START_MS) == 50.0
             assert metric(h, "kafka_quota_proxy_throttled_requests_total", quota_type="fetch",
                           user="ANONYMOUS", client_id="c") == 1
 
@@ -210,7 +211,7 @@ def test_a_share_fetch_error_response_is_not_charged_bytes() -> None:
             response = await c.call(share_fetch(1))
             assert (response.error_code, response.throttle_time_ms) == (SHARE_SESSION_NOT_FOUND, 0)
             assert partitions(response) == [5000]
-            assert h.proxy.engine.scope(scope(h)).fetch.measure("ANONYMOUS", "c", START_MS) == 0
+            assert fetch_bytes(h.proxy.engine.scope(scope(h))).measure("ANONYMOUS", "c", START_MS) == 0
             c.close()
     run(scenario())
 
@@ -224,7 +225,7 @@ def test_share_acknowledge_is_not_charged_to_the_byte_rate() -> None:
             c = await connect(h)
             for _ in range(5):
                 assert (await c.call(share_acknowledge(1))).throttle_time_ms == 0
-            assert len(h.proxy.engine.scope(scope(h)).fetch.sensors) == 0
+            assert len(fetch_bytes(h.proxy.engine.scope(scope(h))).sensors) == 0
             c.close()
     run(scenario())
 

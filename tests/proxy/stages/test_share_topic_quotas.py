@@ -29,6 +29,7 @@ from tests.proxy.quota_support import (
     share_fetch,
 )
 from tests.support.fake_broker import BrokerConn
+from tests.support.managers import topic_fetch
 from tests.support.usage import topic_totals, usage_records
 
 HOT, COLD, UNNAMED = "hot", "cold", "unnamed"
@@ -95,8 +96,8 @@ def test_a_share_fetch_over_its_topic_quota_is_delivered_counted_and_waited_out(
             assert response.throttle_time_ms == kafka_throttle(1005, QUOTA) == 50
             assert response.acquisition_lock_timeout_ms == LOCK_MS
             # Delivered, so kept: not taken back as a Fetch's refused topic is.
-            assert managers(h).topic_fetch.measure(HOT, now[0]) == 1005.0
-            assert managers(h).topic_fetch.measure(COLD, now[0]) == 0.0  # no quota: not measured
+            assert topic_fetch(managers(h)).measure(HOT, now[0]) == 1005.0
+            assert topic_fetch(managers(h)).measure(COLD, now[0]) == 0.0  # no quota: not measured
             labels = {"quota_type": "topic_fetch", "topic": HOT}
             assert metric(h, "kafka_quota_proxy_topic_throttled_requests_total", **labels) == 1
             assert metric(h, "kafka_quota_proxy_topic_throttle_time_ms_total", **labels) == 50
@@ -144,7 +145,7 @@ def test_within_its_quota_the_topic_is_counted_and_nothing_waits() -> None:
             now[0] += 5000  # 9000 + 9000 over the 10 s the window still counts: 1800 B/s
             response = await c.call(share_fetch(1))
             assert response.throttle_time_ms == min(kafka_throttle(1800, QUOTA), LOCK_MS // 2) == 8000
-            assert managers(h).topic_fetch.measure(HOT, now[0]) == 1800.0
+            assert topic_fetch(managers(h)).measure(HOT, now[0]) == 1800.0
             c.close()
     run(scenario())
 
@@ -160,7 +161,7 @@ def test_observe_mode_counts_and_holds_nothing() -> None:
             c = await connect(h)
             response = await c.call(share_fetch(1))
             assert (response.throttle_time_ms, delivered(response)) == (0, {HOT: [12_000], COLD: [0]})
-            assert managers(h).topic_fetch.measure(HOT, now[0]) == 1200.0
+            assert topic_fetch(managers(h)).measure(HOT, now[0]) == 1200.0
             assert metric(h, "kafka_quota_proxy_topic_throttle_time_ms_total",
                           quota_type="topic_fetch", topic=HOT) == 2000
             c.close()
@@ -178,7 +179,7 @@ def test_a_topic_id_no_metadata_named_and_an_exempt_client_are_not_measured() ->
             named(h, *topics)
             c = await connect(h)
             assert (await c.call(share_fetch(1))).throttle_time_ms == 0
-            assert managers(h).topic_fetch.measure(UNNAMED, now[0]) == 0.0
+            assert topic_fetch(managers(h)).measure(UNNAMED, now[0]) == 0.0
             c.close()
 
     run(scenario({}, ()))  # its id was never named by a Metadata response
@@ -201,7 +202,7 @@ def test_a_share_fetch_answered_empty_for_the_client_quota_gives_its_topics_byte
             c = await connect(h)
             response = await c.call(share_fetch(1))
             assert response.throttle_time_ms > 0 and response.responses == []
-            assert managers(h).topic_fetch.measure(HOT, now[0]) == 0.0
+            assert topic_fetch(managers(h)).measure(HOT, now[0]) == 0.0
             c.close()
     run(scenario())
 

@@ -31,6 +31,7 @@ from tests.proxy.quota_support import (
     scope,
 )
 from tests.support.fake_broker import BrokerConn
+from tests.support.managers import produce_bytes, topic_fetch, topic_produce
 from tests.support.usage import topic_totals, usage_records
 
 HOT, COLD = "hot", "cold"
@@ -123,7 +124,7 @@ def test_a_produce_over_its_topic_quota_refuses_that_topic_alone() -> None:
             assert script.produced[-1] == [HOT, COLD]
             q = h.proxy.engine.scope(scope(h))
             # The refused bytes were never counted: only the 20 bytes just taken.
-            assert q.topic_produce.measure(HOT, now[0]) == 20 / 10
+            assert topic_produce(q).measure(HOT, now[0]) == 20 / 10
             labels = {"quota_type": "topic_produce", "topic": HOT}
             assert metric(h, "kafka_quota_proxy_topic_throttled_requests_total", **labels) == 3
             # Kafka's throttle for the rate as it stood: 12,000 B over a 10.999 s window at
@@ -197,9 +198,9 @@ def test_a_client_is_charged_only_for_the_topics_that_went_on() -> None:
             c = await connect(h)
             await c.call(two_topics(hot=6000, cold=10))
             q = h.proxy.engine.scope(scope(h))
-            before = q.produce.measure("ANONYMOUS", "c", now[0])
+            before = produce_bytes(q).measure("ANONYMOUS", "c", now[0])
             await c.call(two_topics(hot=5000, cold=10))  # hot refused: 10 KB cut out
-            charged = (q.produce.measure("ANONYMOUS", "c", now[0]) - before) * 10
+            charged = (produce_bytes(q).measure("ANONYMOUS", "c", now[0]) - before) * 10
             assert 0 < charged < 1000
             c.close()
     run(scenario())
@@ -249,7 +250,7 @@ def test_exempt_clients_are_not_measured() -> None:
             c = await connect(h)
             for _ in range(3):
                 assert errors(await c.call(two_topics(hot=6000, cold=10))) == {HOT: [0, 0], COLD: [0, 0]}
-            assert h.proxy.engine.scope(scope(h)).topic_produce.measure(HOT, now[0]) == 0.0
+            assert topic_produce(h.proxy.engine.scope(scope(h))).measure(HOT, now[0]) == 0.0
             c.close()
     run(scenario())
 
@@ -273,8 +274,8 @@ def test_a_fetch_over_its_topic_quota_answers_that_topic_empty() -> None:
             assert (hot.high_watermark, hot.error_code) == (100, 0)
             assert response.throttle_time_ms == 0  # cold had data: the client is not held
             q = h.proxy.engine.scope(scope(h))
-            assert q.topic_fetch.measure(HOT, now[0]) == 0.0
-            assert q.topic_fetch.measure(COLD, now[0]) == 0.0  # no quota: not measured
+            assert topic_fetch(q).measure(HOT, now[0]) == 0.0
+            assert topic_fetch(q).measure(COLD, now[0]) == 0.0  # no quota: not measured
             # With only hot data the response is empty and carries the wait, capped by max_wait.
             script.fetched = {HOT: 12_000, COLD: 0}
             alone = await c.call(request)
@@ -328,7 +329,7 @@ def test_a_fetch_answered_empty_for_the_client_quota_gives_its_topics_bytes_back
             response = await c.call(fetch(version=11, max_wait_ms=500))
             assert response.throttle_time_ms > 0
             assert all(p.records in (b"", None) for t in response.responses for p in t.partitions)
-            assert h.proxy.engine.scope(scope(h)).topic_fetch.measure(HOT, now[0]) == 0.0
+            assert topic_fetch(h.proxy.engine.scope(scope(h))).measure(HOT, now[0]) == 0.0
             c.close()
     run(scenario())
 
