@@ -94,8 +94,7 @@ class Proxy:
                                   shared_buckets=store.effective_buckets if store else None,
                                   share_proxy_scope=bool(own_store), leadership=self.cluster.leadership,
                                   broker_count=lambda: max(len(self.cluster.nodes), 1))
-        self.cluster.wants_topics = lambda: (self.engine.switches().topic_produce
-                                             or self.engine.switches().topic_fetch)
+        self.cluster.wants_topics = lambda: bool(self.engine.switches().topics)
         self.store_sync: StoreSync | None = None
         if store is not None and self.engine.shared is not None:
             self.store_sync = StoreSync(store, self.engine.shared, config=self.quota_control,

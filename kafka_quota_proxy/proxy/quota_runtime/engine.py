@@ -19,7 +19,7 @@ from typing import Protocol, TypeVar, cast
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.quota.connections import ConnectionQuotas
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import QuotaKind, kinds, tenant_kinds
+from kafka_quota_proxy.quota.kinds import QuotaKind, kinds, tenant_kinds, topic_keys
 from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
@@ -44,11 +44,12 @@ class Switches:
     settings: QuotaSettings  # and the settings
     measuring: bool  # some client quota has ever been configured (QuotaEngine.measuring)
     charging: bool  # measuring, and the mode is not "off"
-    counting_producer_ids: bool  # some producer_ids_rate has ever been configured
-    request_quotas: bool  # some request_percentage has ever been configured
+    # The tenant kinds some client quota of has ever been configured (Kafka's sticky per-type
+    # flags): a kind's stage visits its manager only then.
+    enabled: frozenset[QuotaKey]
     exempting: bool  # exempt principals or client-ids are listed
-    topic_produce: bool  # some topic's producer_byte_rate has ever been configured
-    topic_fetch: bool  # some topic's consumer_byte_rate has ever been configured
+    # The topic kinds some topic's quota of has ever been configured, in modes enforce and observe.
+    topics: frozenset[QuotaKey]
     paced: bool  # quota.byte_rate_enforcement: paced (Pacer.pace), not Kafka's throttle
     enforcing: bool  # mode enforce: a throttle holds the client (else it is only counted)
 
@@ -209,28 +210,19 @@ class QuotaEngine:
         flags): until then the managers record nothing, so requests need not visit them."""
         return self.switches().measuring
 
-    @property
-    def counting_producer_ids(self) -> bool:
-        """Whether a `producer_ids_rate` has ever been configured: Produce requests are then
-        read for their producer ids."""
-        return self.switches().counting_producer_ids
-
     def switches(self) -> Switches:
         """What every request asks before it is charged, in one call. Made again only when the
         quotas (the store's version) or the settings change."""
         found = self._switches
         store, settings = self.store, self.settings
         if found is None or found.version != store.version or found.settings is not settings:
-            measuring = any(store.quota_types_enabled(kind.key) for kind in tenant_kinds())
+            enabled = frozenset(kind.key for kind in tenant_kinds() if store.quota_types_enabled(kind.key))
             active = settings.mode != "off"
+            topics = frozenset(key for key in topic_keys() if active and store.topic_quotas_enabled(key))
             found = self._switches = Switches(
-                version=store.version, settings=settings, measuring=measuring,
-                charging=measuring and settings.mode != "off",
-                counting_producer_ids=bool(store.quota_types_enabled(QuotaKey.PRODUCER_IDS_RATE)),
-                request_quotas=bool(store.quota_types_enabled(QuotaKey.REQUEST_PERCENTAGE)),
-                exempting=bool(settings.exempt_principals or settings.exempt_client_ids),
-                topic_produce=active and store.topic_quotas_enabled(QuotaKey.PRODUCER_BYTE_RATE),
-                topic_fetch=active and store.topic_quotas_enabled(QuotaKey.CONSUMER_BYTE_RATE),
+                version=store.version, settings=settings, measuring=bool(enabled),
+                charging=bool(enabled) and active, enabled=enabled,
+                exempting=bool(settings.exempt_principals or settings.exempt_client_ids), topics=topics,
                 paced=settings.byte_rate_enforcement == "paced",
                 enforcing=settings.mode == "enforce")
         return found

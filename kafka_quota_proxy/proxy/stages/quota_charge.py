@@ -40,6 +40,8 @@ from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 # The kinds charged here, looked up in a scope's managers on every request.
 PRODUCE_BYTES = QuotaKey.PRODUCER_BYTE_RATE
 FETCH_BYTES = QuotaKey.CONSUMER_BYTE_RATE
+REQUEST_TIME = QuotaKey.REQUEST_PERCENTAGE  # settled by QuotaSettle, which this hands the managers
+PRODUCER_IDS = QuotaKey.PRODUCER_IDS_RATE
 
 # What a Produce refused for the producer-id quota (action `reject`) fails its partitions with:
 # THROTTLING_QUOTA_EXCEEDED, the error KIP-599 made for a quota that refuses instead of delaying.
@@ -126,10 +128,10 @@ class QuotaCharge(RequestStage):
             ctx.fetch_max_wait_ms = share.max_wait_ms
             if switches.enforcing:
                 self._cap_max_bytes(ctx, q, share.max_bytes_at, share.max_bytes)
-        if key in FETCHES or switches.request_quotas:
+        if key in FETCHES or REQUEST_TIME in switches.enabled:
             ctx.charge().managers = q  # QuotaSettle has the response to charge: fetched bytes, request time
         if key == PRODUCE:
-            if switches.counting_producer_ids:
+            if PRODUCER_IDS in switches.enabled:
                 ids = q.of(QuotaKey.PRODUCER_IDS_RATE, ProducerIdQuotaManager)
                 refused = self._producer_ids(ctx, ids, user, now, switches.enforcing)
                 if refused is not None:

@@ -70,7 +70,7 @@ class QuotaSettle(ResponseStage):
         switches, now = engine.settling()
         key = ctx.api_key
         request_throttle = 0
-        if key not in REQUEST_QUOTA_EXEMPT and switches.request_quotas:
+        if key not in REQUEST_QUOTA_EXEMPT and REQUEST_TIME in switches.enabled:
             request_throttle = q.rates[REQUEST_TIME].record_and_get_throttle_ms(
                 user, client_id, request_time_ms(ctx, perf_counter()), now, ctx.conn.charge_handles)
         if key == FETCH or (key in FETCHES and _charged_share_fetch(body, ctx.api_version)):

@@ -54,6 +54,10 @@ from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage, ResponseSta
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers
 from kafka_quota_proxy.quota.entities import QuotaKey
 
+# The topic kinds (quota/kinds.py), looked up on every Produce and Fetch.
+PRODUCE_BYTES = QuotaKey.PRODUCER_BYTE_RATE
+FETCH_BYTES = QuotaKey.CONSUMER_BYTE_RATE
+
 # What a refused topic's partitions fail with, by `quota.topic_refusal`. The choice and what each
 # client does with it (bench/produce_refusal_clients.py): docs/topic-quotas.md.
 TOPIC_REFUSALS = {"not_enough_replicas": NOT_ENOUGH_REPLICAS,
@@ -81,7 +85,7 @@ class TopicQuotaCharge(RequestStage):
         engine = self.engine
         switches = engine.switches()
         fetch = ctx.api_key != PRODUCE
-        if not (switches.topic_fetch if fetch else switches.topic_produce):
+        if (FETCH_BYTES if fetch else PRODUCE_BYTES) not in switches.topics:
             return None
         if switches.exempting and engine.exempt(*client_of(ctx)):
             return None

@@ -5,7 +5,7 @@ charged in one call (`ClientQuotaManager.charge`)."""
 from __future__ import annotations
 
 from kafka_quota_proxy.config.quota_settings import QuotaSettings
-from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
+from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, Switches
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.kinds import registered
 from kafka_quota_proxy.quota.managers import ChargeHandle, ClientQuotaManager, ClientRequestQuotaManager
@@ -127,3 +127,18 @@ def test_with_a_store_the_byte_rates_mutations_and_their_topics_are_shared_under
     assert [shared_as(m) for m in shared.topics.values()] == ["topic-produce", "topic-fetch"]
     assert shared_as(QuotaEngine(QuotaSettings(), QuotaStore({}), clock=lambda: 0).scope("b:1").rates[
         QuotaKey.PRODUCER_BYTE_RATE]) is None  # no store: this process alone
+
+
+def test_the_switches_name_the_kinds_and_topic_kinds_ever_configured_and_topics_only_when_active() -> None:
+    def switches(mode: str) -> Switches:
+        store = QuotaStore({QuotaEntity(client_id="c"): {QuotaKey.PRODUCER_BYTE_RATE: QUOTA},
+                            QuotaEntity(user="u"): {QuotaKey.PRODUCER_IDS_RATE: 1.0},
+                            QuotaEntity(topic="t"): {QuotaKey.CONSUMER_BYTE_RATE: QUOTA}})
+        return QuotaEngine(QuotaSettings(mode=mode), store, clock=lambda: 0).switches()  # type: ignore[arg-type]
+
+    enforce, off = switches("enforce"), switches("off")
+    assert enforce.enabled == off.enabled == {QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.PRODUCER_IDS_RATE}
+    assert enforce.topics == {QuotaKey.CONSUMER_BYTE_RATE} and off.topics == frozenset()
+    assert enforce.charging and not off.charging and off.measuring
+    none = engine(quotas=False)[0].switches()
+    assert none.enabled == none.topics == frozenset() and not none.measuring
