@@ -4,8 +4,9 @@ Per request, timed on the proxy's own code with the clock it uses (perf_counter)
 rounds so that a scheduler hiccup does not count:
 - reading the producer ids out of the record batch headers (protocol.produce.producer_ids);
 - the manager's charge for an id already seen (the steady case) and for a new one;
-- the whole QuotaCharge stage on a Produce request, with producer_ids_rate configured and
-  without it: the difference is what the quota adds to every Produce.
+- the stages that charge a Produce request (ProducerIdCharge, then QuotaCharge), with
+  producer_ids_rate configured and without it: the difference is what the quota adds to every
+  Produce.
 
 Memory per user: the Bloom filter bits (the cache's own count) and everything Python holds for
 the user (tracemalloc), with the default filter shape (1,000 ids per window at 1%), for users
@@ -28,6 +29,7 @@ from kafka_quota_proxy.protocol.headers import frame_request, parse_request_head
 from kafka_quota_proxy.protocol.produce import producer_ids
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
+from kafka_quota_proxy.proxy.stages.producer_ids import ProducerIdCharge
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.producer_ids import ProducerIdCache, ProducerIdQuotaManager
@@ -68,12 +70,18 @@ def best_ns(fn: Callable[[], Any], calls: int = CALLS) -> float:
     return best
 
 
-def _stage(with_quota: bool) -> tuple[QuotaCharge, Callable[[memoryview], RequestContext]]:
+Stage = Callable[[RequestContext], object]
+
+
+def _stage(with_quota: bool) -> tuple[Stage, Callable[[memoryview], RequestContext]]:
     quotas = {QuotaEntity(client_id="other"): {QuotaKey.PRODUCER_BYTE_RATE: 1e12}}
     if with_quota:
         quotas[QuotaEntity(user=DEFAULT)] = {QuotaKey.PRODUCER_IDS_RATE: 1e6}
     engine = QuotaEngine(QuotaSettings(), QuotaStore(quotas), clock=lambda: 1_000_000)
-    stage = QuotaCharge(engine)
+    ids, charge = ProducerIdCharge(engine), QuotaCharge(engine)
+
+    def stage(ctx: RequestContext) -> object:
+        return ids.on_request(ctx) or charge.on_request(ctx)
     info = ConnectionInfo("127.0.0.1", "bench")
     info.principal = "alice"
     info.upstream = "127.0.0.1:9092"
@@ -102,7 +110,7 @@ def per_request() -> list[tuple[str, float]]:
                                              calls=2_000)))
     frame = produce_frame(7, 1)
     for with_quota in (False, True):
-        label = "QuotaCharge on a Produce, " + ("producer_ids_rate set" if with_quota else "without it")
+        label = "Charging stages on a Produce, " + ("producer_ids_rate set" if with_quota else "without it")
         rows.append((label, _stage_ns(with_quota, frame)))
     return rows
 
@@ -113,8 +121,8 @@ def _read_ns(frame: memoryview, at: int) -> float:
 
 def _stage_ns(with_quota: bool, frame: memoryview) -> float:
     stage, context = _stage(with_quota)
-    stage.on_request(context(frame))
-    return best_ns(lambda: stage.on_request(context(frame)))
+    stage(context(frame))
+    return best_ns(lambda: stage(context(frame)))
 
 
 def memory_per_user() -> tuple[float, float]:

@@ -25,6 +25,7 @@ from kafka_quota_proxy.config.quota_settings import QuotaSettings
 from kafka_quota_proxy.protocol.headers import frame_request, parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine
+from kafka_quota_proxy.proxy.stages.producer_ids import ProducerIdCharge
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.throttle_merge import ThrottleMerge
@@ -67,10 +68,12 @@ def _contexts(frames: list[bytes], engine: QuotaEngine | None = None) -> list[Re
 
 
 def produce_ns(key: QuotaKey | None, shared: bool = False) -> float:
-    """One Produce request through the request stage that charges it, and the response stages'
-    checks of whether they have anything to do, from each tenant in turn."""
+    """One Produce request through the request stages that charge it (producer ids, then
+    bytes), and the response stages' checks of whether they have anything to do, from each
+    tenant in turn."""
     engine = _engine(key, shared)
-    charge, settle, merge = QuotaCharge(engine), QuotaSettle(engine), ThrottleMerge()
+    ids, charge = ProducerIdCharge(engine), QuotaCharge(engine)
+    settle, merge = QuotaSettle(engine), ThrottleMerge()
     batch = record_batch(1, 1024)
     ctxs = _contexts([produce_frame("bench", 0, batch, f"tenant-{i:03d}") for i in range(TENANTS)], engine)
     turn = iter(range(10**12))
@@ -78,6 +81,7 @@ def produce_ns(key: QuotaKey | None, shared: bool = False) -> float:
     def one() -> None:
         ctx = ctxs[next(turn) % TENANTS]
         ctx.charged, ctx.throttle_ms = None, 0
+        ids.on_request(ctx)
         charge.on_request(ctx)
         settle.wants(ctx)
         merge.wants(ctx)

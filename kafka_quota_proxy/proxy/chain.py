@@ -27,6 +27,7 @@ from kafka_quota_proxy.proxy.stages.client_quotas_api import SERVED, ClientQuota
 from kafka_quota_proxy.proxy.stages.controller_mutations import ControllerMutationCharge
 from kafka_quota_proxy.proxy.stages.create_topics_limit import CreateTopicsLimit
 from kafka_quota_proxy.proxy.stages.fetch_as_v15 import FetchAsV15
+from kafka_quota_proxy.proxy.stages.producer_ids import ProducerIdCharge
 from kafka_quota_proxy.proxy.stages.quota_charge import QuotaCharge
 from kafka_quota_proxy.proxy.stages.quota_settle import QuotaSettle
 from kafka_quota_proxy.proxy.stages.request_counts import RequestCounts
@@ -85,7 +86,8 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     if topic_usage:  # after the topic quotas, which count what they measure themselves
         request.append(ProduceTopicBytes(engine.leadership))
         response.append(FetchTopicBytes(engine.leadership))
-    request += [QuotaCharge(engine), ControllerMutationCharge(engine, cluster.topic_partitions)]
+    request += [ProducerIdCharge(engine), QuotaCharge(engine),
+                ControllerMutationCharge(engine, cluster.topic_partitions)]
     if counted := counted_kinds():  # the request-rate kinds registered in quota/kinds.py
         request.append(RequestCounts(engine, counted))
     response += [QuotaSettle(engine), ThrottleMerge()]

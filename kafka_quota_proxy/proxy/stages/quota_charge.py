@@ -1,6 +1,7 @@
 """The request stage of the quotas: picks the managers a request is charged to, and charges what
-is known before the broker sees it: Produce bytes, the Fetch and ShareFetch max_bytes cap, and
-producer ids. Controller mutations (KIP-599) are their own stage (controller_mutations.py).
+is known before the broker sees it: Produce bytes, and the Fetch and ShareFetch max_bytes cap.
+Producer ids (KIP-936) and controller mutations (KIP-599) are their own stages, before and after
+this one (producer_ids.py, controller_mutations.py).
 
 Produce bytes at arrival. A broker reads one request per connection at a time and charges
 Produce bytes as it answers, so a client over quota is muted after one request. The proxy keeps
@@ -24,31 +25,21 @@ first burst through), has its connection read one request at a time, as a broker
 from __future__ import annotations
 
 from kafka_quota_proxy.protocol.api_keys import FETCH, FETCHES, PRODUCE, SHARE_FETCH
-from kafka_quota_proxy.protocol.error_codes import THROTTLING_QUOTA_EXCEEDED
 from kafka_quota_proxy.protocol.errors import ProtocolError
 from kafka_quota_proxy.protocol.fetch import read_fetch_request
 from kafka_quota_proxy.protocol.primitives import INT32
-from kafka_quota_proxy.protocol.produce import producer_ids, refusal
 from kafka_quota_proxy.protocol.share_fetch import read_share_fetch_request
 from kafka_quota_proxy.proxy.context import RequestContext
 from kafka_quota_proxy.proxy.quota_runtime.engine import QuotaEngine, ScopeManagers
 from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throttle
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 
 # The kinds charged here, looked up in a scope's managers on every request.
 PRODUCE_BYTES = QuotaKey.PRODUCER_BYTE_RATE
 FETCH_BYTES = QuotaKey.CONSUMER_BYTE_RATE
 REQUEST_TIME = QuotaKey.REQUEST_PERCENTAGE  # settled by QuotaSettle, which this hands the managers
-PRODUCER_IDS = QuotaKey.PRODUCER_IDS_RATE
 
-# What a Produce refused for the producer-id quota (action `reject`) fails its partitions with:
-# THROTTLING_QUOTA_EXCEEDED, the error KIP-599 made for a quota that refuses instead of delaying.
-# The Java producer retries it (ThrottlingQuotaExceededException is retriable) until
-# delivery.timeout.ms; kafka-python retries it too; librdkafka and aiokafka do not know it for
-# Produce and fail the messages at once with this error. docs/producer-id-quotas.md has more.
-PRODUCER_ID_REFUSAL = THROTTLING_QUOTA_EXCEEDED
 PACED = frozenset({PRODUCE, FETCH, SHARE_FETCH})  # held for their turn when paced (`hold_ms`)
 
 
@@ -131,11 +122,6 @@ class QuotaCharge(RequestStage):
         if key in FETCHES or REQUEST_TIME in switches.enabled:
             ctx.charge().managers = q  # QuotaSettle has the response to charge: fetched bytes, request time
         if key == PRODUCE:
-            if PRODUCER_IDS in switches.enabled:
-                ids = q.of(QuotaKey.PRODUCER_IDS_RATE, ProducerIdQuotaManager)
-                refused = self._producer_ids(ctx, ids, user, now, switches.enforcing)
-                if refused is not None:
-                    return refused
             # Charged on arrival: the connection then reads nothing more from a client over its
             # quota until the throttle is over (see the module docstring). What goes on to the
             # broker: a topic quota may have cut refused topics out. Over its quota, or by its
@@ -147,30 +133,6 @@ class QuotaCharge(RequestStage):
                 throttle(engine, ctx, QuotaKey.PRODUCER_BYTE_RATE, throttle_ms, now)
             conn.read_alone = over
         return None
-
-    def _producer_ids(self, ctx: RequestContext, manager: ProducerIdQuotaManager, user: str,
-                      now: int, enforcing: bool) -> Reply | None:
-        """KIP-936: count the request's producer ids new for the user; throttle, or with the
-        `reject` action refuse the request unforwarded (see PRODUCER_ID_REFUSAL)."""
-        engine = self.engine
-        try:
-            pids = producer_ids(ctx.frame, ctx.header.body_offset, ctx.api_version)
-        except ProtocolError:
-            return None  # malformed records: the broker answers CORRUPT_MESSAGE for them
-        if not pids:
-            return None
-        strict = enforcing and engine.settings.producer_ids.action == "reject"
-        charge = manager.charge(user, pids, now, strict)
-        ctx.charge().new_producer_ids = 0 if charge.rejected else charge.new_ids
-        throttle(engine, ctx, QuotaKey.PRODUCER_IDS_RATE, charge.throttle_ms, now, per_user=True)
-        if not charge.rejected:
-            return None
-        if not ctx.expects_response:
-            return Reply(None)  # acks=0: dropped, and the connection muted for the throttle
-        message = (f"{charge.new_ids} new producer id(s) would exceed the producer_ids_rate quota "
-                   f"of user {user!r}; retry after {charge.throttle_ms} ms")
-        return Reply(refusal(ctx.decode_request(), ctx.api_version, PRODUCER_ID_REFUSAL, message,
-                             ctx.throttle_ms))
 
     def _cap_max_bytes(self, ctx: RequestContext, q: ScopeManagers, at: int, max_bytes: int) -> None:
         user, client_id = client_of(ctx)
