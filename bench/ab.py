@@ -7,7 +7,9 @@ BASE_CHECKOUT is another checkout's root (`git worktree add /tmp/base main`, or 
 unpacked); its proxy runs with PYTHONPATH pointing there, this checkout's with this one. Each
 round runs bench.load (as bench.throughput's produce-small or fetch-small) against each proxy in
 turn, order alternating, and reads that proxy's CPU over the measured window. Printed: per
-round, each build's requests/s and proxy CPU per request; then the medians and their ratio.
+round, each build's requests/s and proxy CPU per request (user + system), and its read and
+write system calls per request (/proc/PID/io: how many requests one read or write carried);
+then the medians and their ratio.
 bench.throughput's absolute rates move with other jobs by a factor of two on this machine; the
 CPU a proxy spends per request moves far less, and the two builds share every round's weather.
 """
@@ -64,19 +66,29 @@ def main() -> int:
         if args.workload == "fetch-small":
             offsets = bench.prepare(topic, sizes.fetch_small_batches, 1)
         per_request: dict[str, list[float]] = {"base": [], "this": []}
+        parts: dict[str, list[list[float]]] = {"base": [], "this": []}  # user µs, system µs, syscalls
         for i in range(args.rounds):
             order = ["base", "this"] if i % 2 == 0 else ["this", "base"]
             line = []
             for name in order:
                 result = measure(routes[name], load_args(bench, args.workload, routes[name], topic, offsets))
                 rate = result["requests_per_second"]
-                us = result["cpu_seconds"]["proxy"] / (rate * result["seconds"]) * 1e6
+                requests = rate * result["seconds"]
+                us = result["cpu_seconds"]["proxy"] / requests * 1e6
+                user, system = (s / requests * 1e6 for s in result["cpu_user_system"]["proxy"])
+                calls = sum(result["syscalls"]["proxy"]) / requests
                 per_request[name].append(us)
-                line.append(f"{name} {rate:,.0f} requests/s, proxy {us:.1f} µs/request")
+                parts[name].append([user, system, calls])
+                line.append(f"{name} {rate:,.0f} requests/s, proxy {us:.1f} µs/request "
+                            f"({user:.1f} user, {system:.1f} system, {calls:.2f} syscalls)")
             print(f"round {i + 1}: " + "; ".join(line), flush=True)
         base, this = (statistics.median(per_request[n]) for n in ("base", "this"))
         print(f"{args.workload}: proxy CPU per request, median of {args.rounds} rounds: base {base:.1f} µs, "
               f"this {this:.1f} µs, ratio {this / base:.3f}")
+        for name in ("base", "this"):
+            user, system, calls = (statistics.median(p[i] for p in parts[name]) for i in range(3))
+            print(f"  {name}: median user {user:.1f} µs, system {system:.1f} µs, "
+                  f"{calls:.2f} read and write system calls per request")
     finally:
         for p in proxies.values():
             p.stop()

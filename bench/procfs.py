@@ -17,6 +17,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process, all its threads."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
+
+
+def syscalls(pid: int) -> tuple[int, int]:
+    """(read, write) system calls a process has made so far (/proc/PID/io's syscr and syscw:
+    read, readv, recv... and write, writev, send...)."""
+    found = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(found["syscr"]), int(found["syscw"])
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds every core of the machine has spent busy (not idle, not waiting for I/O)."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]

@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.procfs import cpu_seconds, descriptors, loadavg, machine_busy_seconds, rss_bytes
+from bench.procfs import (
+    cpu_seconds,
+    cpu_split,
+    descriptors,
+    loadavg,
+    machine_busy_seconds,
+    rss_bytes,
+    syscalls,
+)
 from bench.throughput_setup import (
     DIRECT,
     KIB,
@@ -46,22 +54,32 @@ def _failed(proc: subprocess.Popen, what: str) -> RuntimeError:
     return RuntimeError(f"load generator failed ({what}): {err.strip()[-2000:]}")
 
 
+def _usage(pid: int) -> list[float]:
+    """User and system CPU seconds, read and write system calls, of a process so far."""
+    return [*cpu_split(pid), *syscalls(pid)]
+
+
 def measure(path: Route, args: Sequence[str]) -> dict[str, Any]:
     """Run one generator against `path`; its result, with the CPU the path's processes spent in
     the measured window, and what the rest of the machine spent meanwhile (other jobs)."""
     proc = generator(args)
     cpu0: dict[str, float] = {}
     cpu: dict[str, float] = {}
+    split0: dict[str, list[float]] = {}
+    split: dict[str, list[float]] = {}
     busy = 0.0
     result: dict[str, Any] | None = None
     load = loadavg()
     for event in events(proc):
         if event["event"] == "open":
             cpu0 = {role: cpu_seconds(pid) for role, pid in path.pids.items()}
+            split0 = {role: _usage(pid) for role, pid in path.pids.items()}
             busy = machine_busy_seconds()
         elif event["event"] == "close":
             busy = machine_busy_seconds() - busy
             cpu = {role: cpu_seconds(pid) - cpu0[role] for role, pid in path.pids.items()}
+            split = {role: [b - a for a, b in zip(split0[role], _usage(pid), strict=True)]
+                     for role, pid in path.pids.items()}
         elif event["event"] == "result":
             result = event
     if proc.wait(60) != 0 or result is None:
@@ -69,6 +87,9 @@ def measure(path: Route, args: Sequence[str]) -> dict[str, Any]:
     result.pop("event")
     cpu["generator"] = result["generator_cpu_user"] + result["generator_cpu_system"]
     result["cpu_seconds"] = cpu
+    # Per path process over the window: user and system CPU seconds, read and write system calls.
+    result["cpu_user_system"] = {role: list(found[:2]) for role, found in split.items()}
+    result["syscalls"] = {role: list(found[2:]) for role, found in split.items()}
     # Cores busy over the window, machine-wide, and the part of it that was not this benchmark.
     result["machine_busy_cores"] = busy / result["seconds"]
     result["other_cores"] = max(0.0, (busy - sum(cpu.values())) / result["seconds"])
