@@ -15,7 +15,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -29,7 +29,8 @@ from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCHES, P
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.quota import usage
-from kafka_quota_proxy.quota.kinds import counted_kinds, counting, user_only_keys
+from kafka_quota_proxy.quota.entities import QuotaKey
+from kafka_quota_proxy.quota.kinds import counted_kinds, counting, kind_of, user_only_keys
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.usage")
@@ -40,25 +41,18 @@ _GROUP_INDEX = {group: i for i, group in enumerate(usage.GROUPS)}
 class TenantUsage:
     """One tenant's counters for the current interval."""
 
-    __slots__ = ("produce_bytes", "fetch_bytes", "request_time_ms", "new_producer_ids",
-                 "partitions_mutated", "connections", "requests", "throttle_ms", "throttled", "topics",
-                 "counted")
+    __slots__ = ("counters", "requests", "throttle_ms", "throttled", "topics")
 
-    def __init__(self, kinds: int, counted: int = 0) -> None:
-        """`kinds`: the meter's throttle types; `counted`: its request-rate kinds with a usage
-        counter (UsageMeter.counted)."""
-        self.produce_bytes = 0
-        self.fetch_bytes = 0
-        self.request_time_ms = 0.0
-        self.new_producer_ids = 0
-        self.partitions_mutated = 0
-        self.connections = 0
+    def __init__(self, kinds: int, counters: Sequence[float]) -> None:
+        """`kinds`: the meter's throttle types; `counters`: its counters' starting values
+        (UsageMeter.counters: each tenant kind's usage counter and the tenant's new
+        connections; 0.0 for a time, 0 for a count)."""
+        self.counters = list(counters)  # by the meter's counters
         self.requests = [0] * len(usage.GROUPS)
         self.throttle_ms = [0] * kinds  # by the meter's throttle types
         self.throttled = [0] * kinds
         # usage_log.topics: topic -> [produce, fetch, produce refused, fetch refused] bytes
         self.topics: dict[str, list[int]] | None = None
-        self.counted = [0] * counted  # requests of each registered request-rate kind's APIs
 
 
 Tenants = dict[str, dict[str, TenantUsage]]  # user -> client-id -> usage
@@ -72,7 +66,7 @@ class Interval:
     tenants: Tenants
     quotas: QuotaStore
     throttle_types: tuple[str, ...]  # the tenants' throttles, in this order (the meter's)
-    counted: tuple[str, ...] = ()  # the usage counters of TenantUsage.counted, in order (the meter's)
+    counters: tuple[str, ...]  # the tenants' counters, in this order (the meter's)
 
 
 class UsageMeter:
@@ -98,11 +92,22 @@ class UsageMeter:
         # The tenant kinds' throttle types (quota/kinds.py, a registered kind's included)
         self.throttle_types = usage.throttle_types()
         self._throttle_index = {t: i for i, t in enumerate(self.throttle_types)}
-        # The registered request-rate kinds with a usage counter (quota/kinds.py): each counts
-        # the requests of its API keys, as its quota does; taken at start, as the throttle types.
-        kinds = [kind for kind in counted_kinds() if kind.usage_counter]
-        self.counted = tuple(kind.usage_counter or "" for kind in kinds)
-        self._counted_by_api = counting(kinds)
+        # Each tenant kind's usage counter and the new connections (quota/usage.py), taken at
+        # start, as the throttle types: a kind counts what its quota measures. Where each
+        # built-in kind's goes, and for each API key the counters of the registered request-rate
+        # kinds that count its requests, one each.
+        self.counters = usage.counter_names()
+        at = {name: i for i, name in enumerate(self.counters)}
+        self._produce_bytes, self._fetch_bytes, self._request_time, self._mutations, self._new_ids = (
+            at[kind_of(key).usage_counter or ""] for key in (
+                QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE,
+                QuotaKey.CONTROLLER_MUTATION_RATE, QuotaKey.PRODUCER_IDS_RATE))
+        self._connections = at["connections"]
+        self._zeros: list[float] = [0] * len(self.counters)
+        self._zeros[self._request_time] = 0.0  # milliseconds, written to 3 decimals
+        counted = [kind for kind in counted_kinds() if kind.usage_counter]
+        self._counted_by_api = {api: tuple(at[counted[i].usage_counter or ""] for i in indexes)
+                                for api, indexes in counting(counted).items()}
 
     def _aligned(self, now_ms: int) -> int:
         return now_ms - now_ms % self.interval_ms
@@ -119,7 +124,7 @@ class UsageMeter:
             self.unmetered += 1
             return None
         self.count += 1
-        found = by_client[client_id] = TenantUsage(len(self.throttle_types), len(self.counted))
+        found = by_client[client_id] = TenantUsage(len(self.throttle_types), self._zeros)
         return found
 
     # -- counting, on the event loop -----------------------------------------------------------
@@ -134,14 +139,15 @@ class UsageMeter:
             return
         key = ctx.api_key
         t.requests[_GROUP_INDEX[usage.api_group(key)]] += 1
+        counters = t.counters
         if not conn.metered:
             conn.metered = True
-            t.connections += 1
+            counters[self._connections] += 1
         if key == PRODUCE:
-            t.produce_bytes += len(ctx.frame) - 4
+            counters[self._produce_bytes] += len(ctx.frame) - 4
             charged = ctx.charged
             if charged is not None:
-                t.new_producer_ids += charged.new_producer_ids
+                counters[self._new_ids] += charged.new_producer_ids
             if self.topics and ctx.topic_bytes:
                 self._count_topics(t, ctx.topic_bytes, 0)
         elif key in CONTROLLER_MUTATIONS:
@@ -151,10 +157,10 @@ class UsageMeter:
                     charged.permits = self.permits(ctx)
                 except Exception:  # noqa: BLE001 - an undecodable body is the broker's to refuse
                     charged.permits = 0
-            t.partitions_mutated += charged.permits
+            counters[self._mutations] += charged.permits
         if self._counted_by_api:
             for i in self._counted_by_api.get(key, ()):
-                t.counted[i] += 1
+                counters[i] += 1
 
     def response(self, ctx: RequestContext, size: int) -> None:
         """A response written to the client: `size` bytes, size prefix included."""
@@ -169,10 +175,10 @@ class UsageMeter:
         if t is None:
             return
         if ctx.api_key in FETCHES:  # a ShareFetch's bytes are fetched bytes too
-            t.fetch_bytes += size - 4  # as Produce: the message without its size prefix
+            t.counters[self._fetch_bytes] += size - 4  # as Produce: the message without its size prefix
             if self.topics and ctx.topic_bytes:
                 self._count_topics(t, ctx.topic_bytes, 1)
-        t.request_time_ms += time_ms
+        t.counters[self._request_time] += time_ms
 
     def _count_topics(self, t: TenantUsage, counted: list[tuple[str, int, int]], at: int) -> None:
         """Add a request's bytes per topic: `at` 0 for Produce, 1 for Fetch (the refused bytes
@@ -212,7 +218,7 @@ class UsageMeter:
         if not tenants:
             return
         if not self.writer.submit(Interval(start, tenants, self.store.snapshot(), self.throttle_types,
-                                           self.counted)):
+                                           self.counters)):
             self.dropped += count
 
     def seconds_to_boundary(self) -> float:
@@ -304,10 +310,8 @@ class UsageWriter:
                         user, None if key in by_user else client_id).quota
                 rec = usage.record(
                     interval.start_ms, seconds, self.instance, user, client_id,
-                    {"produce_bytes": t.produce_bytes, "fetch_bytes": t.fetch_bytes,
-                     "request_time_ms": round(t.request_time_ms, 3), "new_producer_ids": t.new_producer_ids,
-                     "partitions_mutated": t.partitions_mutated, "connections": t.connections,
-                     **dict(zip(interval.counted, t.counted, strict=True))},
+                    {name: round(value, 3) if isinstance(value, float) else value
+                     for name, value in zip(interval.counters, t.counters, strict=True)},
                     dict(zip(usage.GROUPS, t.requests, strict=True)),
                     dict(zip(interval.throttle_types, t.throttle_ms, strict=True)),
                     dict(zip(interval.throttle_types, t.throttled, strict=True)), quotas, t.topics)
