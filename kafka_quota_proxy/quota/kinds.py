@@ -43,8 +43,8 @@ class QuotaKind:
     # "" where Kafka has none (the key is used).
     sensor: str = ""
     # A request-rate kind: the API keys whose requests it charges, one each, on Kafka's Rate per
-    # (user, client-id) with Kafka's throttle (the engine's `counted` managers, the RequestCounts
-    # stage). Empty for the built-in kinds, whose managers and stages are their own.
+    # (user, client-id) with Kafka's throttle (a "rate" manager in every scope, the RequestCounts
+    # stage). Empty for the built-in kinds, whose stages are their own.
     counts: frozenset[int] = frozenset()
     # A byte rate (KIP-13): the bytes of each request's records on Kafka's Rate, throttled request
     # by request; `byte_rate_enforcement: paced` may pace it, and the pipeline's what-if replays
