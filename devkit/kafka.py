@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import contextlib
 import os
 import re
 import shutil
@@ -43,6 +42,7 @@ try:
         KafkaError,
         check_java,
         die_with_parent,
+        end,
         free_port,
         java_command,
         lib_dir,
@@ -64,6 +64,7 @@ except ImportError:  # run alone beside kafka_jvm.py, as in the Kafka stand-in i
         KafkaError,
         check_java,
         die_with_parent,
+        end,
         free_port,
         java_command,
         lib_dir,
@@ -322,16 +323,8 @@ class KafkaBroker:
 
     def stop(self, timeout: float = 30.0) -> None:
         """SIGTERM, Kafka's controlled shutdown, then SIGKILL if it has not ended in `timeout`."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
+        if self.proc is not None:
+            end(self.proc, timeout)
 
     def close(self) -> None:
         """stop(), then remove the directory if the node made it itself: no restart() after this.

@@ -313,6 +313,19 @@ def die_with_parent() -> None:  # pragma: no cover - runs in the child between f
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
+def end(proc: subprocess.Popen, timeout: float) -> None:
+    """SIGTERM (a server's orderly shutdown), then SIGKILL if it has not ended in `timeout`;
+    reaped, waiting up to 10 s more."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(10)
+
+
 def tail_of(text: str, lines: int = 15) -> str:
     """The last `lines` lines of `text`."""
     return "\n".join(text.splitlines()[-lines:])

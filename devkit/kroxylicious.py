@@ -38,7 +38,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from devkit.kafka_jvm import LOOPBACK, free_port, java_version, tail_of
+from devkit.kafka_jvm import LOOPBACK, end, free_port, java_version, tail_of
 from devkit.processes import _is_free, die_with_parent, log_tail, wait_for_port
 
 VERSION = "0.23.0"
@@ -235,13 +235,7 @@ class Running:
         return f"{LOOPBACK}:{self.port}"
 
     def stop(self, timeout: float = 20.0) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        end(self.proc, timeout)
 
 
 def start(target: str, port: int, workdir: Path, lib: Path | None = None, node_id: int = 1) -> Running:

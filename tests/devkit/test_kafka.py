@@ -129,6 +129,20 @@ def test_a_folder_without_the_broker_jar_is_refused(tmp_path: Path) -> None:
         KafkaBroker(lib=tmp_path, directory=tmp_path / "node").command()
 
 
+def test_end_asks_a_process_to_stop_then_kills_one_that_does_not() -> None:
+    polite = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    deaf = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                             "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                             "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE)
+    assert deaf.stdout is not None and deaf.stdout.readline() == b"ready\n"
+    kafka_jvm.end(polite, timeout=10)
+    assert polite.returncode == -signal.SIGTERM
+    kafka_jvm.end(deaf, timeout=0.2)  # SIGTERM ignored: killed after 0.2 s
+    assert deaf.returncode == -signal.SIGKILL
+    kafka_jvm.end(deaf, timeout=0.2)  # ended already: nothing sent, nothing raised
+    assert deaf.returncode == -signal.SIGKILL
+
+
 def test_a_combined_node_is_its_own_quorum(tmp_path: Path) -> None:
     node = KafkaBroker(node_id=1, port=9092, controller_port=9093, directory=tmp_path)
     props = node.properties()
