@@ -32,8 +32,8 @@ def producer_id_rate(q: ScopeManagers) -> ProducerIdQuotaManager:
 
 
 def topic_produce(q: ScopeManagers) -> TopicQuotaManager:
-    return q.topic(QuotaKey.PRODUCER_BYTE_RATE)
+    return q.topics[QuotaKey.PRODUCER_BYTE_RATE]
 
 
 def topic_fetch(q: ScopeManagers) -> TopicQuotaManager:
-    return q.topic(QuotaKey.CONSUMER_BYTE_RATE)
+    return q.topics[QuotaKey.CONSUMER_BYTE_RATE]

@@ -123,9 +123,10 @@ class QuotaCollector(Collector):
                     self._mutations(scope, manager, now, tokens, mutation_rate)
                 elif isinstance(manager, ClientQuotaManager):
                     # a byte rate, request time, or a request-rate kind's (QuotaKind.counts)
-                    family = (request_time if isinstance(manager, ClientRequestQuotaManager)
+                    timed = isinstance(manager, ClientRequestQuotaManager)
+                    family = (request_time if timed
                               else byte_rate if kind_of(manager.key).byte_rate else request_rate)
-                    self._rates(scope, manager, now, family, local_rate, limit)
+                    self._rates(scope, manager, now, family, not timed, local_rate, limit)
         yield from self._producer_ids(now, limit)
         yield from (byte_rate, local_rate, request_time, mutation_rate, tokens, limit, request_rate)
         yield from self._topics(now)
@@ -164,15 +165,16 @@ class QuotaCollector(Collector):
 
     @staticmethod
     def _rates(scope: str, manager: ClientQuotaManager, now: int, family: GaugeMetricFamily,
-               local_rate: GaugeMetricFamily, limit: GaugeMetricFamily) -> None:
-        """One rate manager's entities: their rates (request time without a quota_type label, as
-        before), this replica's own part of a shared one, and the quota in force."""
+               typed: bool, local_rate: GaugeMetricFamily, limit: GaugeMetricFamily) -> None:
+        """One rate manager's entities: their rates (in `family`, with a quota_type label when
+        `typed`: request time has none), this replica's own part of a shared one, and the quota
+        in force."""
         for key, stat in manager.sensors.entries(now):
             _, user, client = cast(tuple[str, str, str], key)
             labels = [scope, user, client]
             if not isinstance(stat, Rate):
                 continue
-            if isinstance(manager, ClientRequestQuotaManager):
+            if not typed:
                 family.add_metric(labels, stat.measure(now))
             else:
                 family.add_metric([manager.key.value, *labels], stat.measure(now))

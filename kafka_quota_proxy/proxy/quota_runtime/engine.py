@@ -89,9 +89,6 @@ class ScopeManagers:
         """The manager of `key`, which the kind declares to be a `manager`."""
         return cast(M, self.clients[key])
 
-    def topic(self, key: QuotaKey) -> TopicQuotaManager:
-        return self.topics[key]
-
 
 @dataclass(slots=True)
 class ThrottleRecord:

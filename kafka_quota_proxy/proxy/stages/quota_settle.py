@@ -167,5 +167,5 @@ def _take_back_topics(ctx: RequestContext, now: float) -> None:
     if managers is not None:
         for topic, passed, _ in counted:
             if passed:
-                managers.topic(QuotaKey.CONSUMER_BYTE_RATE).unrecord(topic, passed, now)
+                managers.topics[FETCH_BYTES].unrecord(topic, passed, now)
     ctx.topic_bytes = [(topic, 0, refused) for topic, _, refused in counted if refused]

@@ -1,6 +1,6 @@
 """The request-rate kinds registered in quota/kinds.py (`QuotaKind.counts`): each request of a
 kind's API keys is counted once on the kind's manager, Kafka's ClientQuotaManager over that
-count (ScopeManagers.rate), and a request over the rate is throttled by Kafka's rule
+count (ScopeManagers.rates), and a request over the rate is throttled by Kafka's rule
 (KIP-219: told, and its connection muted). The one stage every such kind shares: a new one is
 declared in kinds.py alone."""
 

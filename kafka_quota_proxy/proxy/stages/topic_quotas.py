@@ -106,7 +106,7 @@ class TopicQuotaCharge(RequestStage):
             layout = produce_layout(ctx.frame, ctx.header.body_offset, ctx.api_version)
         except ProtocolError:
             return None  # the broker answers a request it cannot read
-        manager = managers(ctx).topic(QuotaKey.PRODUCER_BYTE_RATE)
+        manager = managers(ctx).topics[PRODUCE_BYTES]
         now = engine.clock()
         enforcing = engine.enforcing
         refused: list[int] = []
@@ -266,7 +266,7 @@ class TopicFetchSettle(ResponseStage):
             layout = fetch_topics(body, ctx.broker_version)
         except ProtocolError:
             return None  # what the client makes of it is the broker's answer, unchanged
-        manager = q.topic(QuotaKey.CONSUMER_BYTE_RATE)
+        manager = q.topics[FETCH_BYTES]
         now = engine.clock()
         enforcing = engine.enforcing
         hot: set[int] = set()
@@ -325,7 +325,7 @@ class TopicShareFetchSettle(ResponseStage):
             topics = share_fetch_topics(body, version)
         except ProtocolError:
             return None  # what the client makes of it is the broker's answer, unchanged
-        manager = q.topic(QuotaKey.CONSUMER_BYTE_RATE)
+        manager = q.topics[FETCH_BYTES]
         now = engine.clock()
         counted: list[tuple[str, int, int]] = []
         longest = 0
