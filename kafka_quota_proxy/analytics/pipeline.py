@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from kafka_quota_proxy.analytics import report_html, stats, topics, whatif
-from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES
+from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, USER_MEASURES
 from kafka_quota_proxy.analytics.quota_file import QuotaFile, Quotas, load_quota_file
 from kafka_quota_proxy.analytics.reading import UsageInputError, ingest, topic_rows
 from kafka_quota_proxy.analytics.recommend import (
@@ -163,7 +163,7 @@ def _report(run: Run, records: DataFrame) -> Report:
     assert span is not None
     s.first_ms, s.end_ms, s.tenants, s.users = (int(v) for v in span)
     by_hour_of_day = run.write_table(stats.hour_of_day(run.spark, hours, s.first_ms, s.end_ms), "hour_of_day")
-    users = to_pandas(stats.user_producer_id_rates(hours))
+    users = to_pandas(stats.user_rates(hours))
     run.write_small(users, "users")
     outliers = stats.outliers(tenants, users, run.options.top)
     run.write_small(outliers, "outliers")
@@ -186,7 +186,8 @@ def _recommend(run: Run, tenants: DataFrame, users: pd.DataFrame, topic_table: D
     per_tenant = [TenantDemand(row.user, row.client_id, {m.name: float(getattr(row, f"demand_{m.name}_p99"))
                                                          for m in CLIENT_MEASURES})
                   for row in demand.itertuples(index=False)]
-    per_user = [UserDemand(row.user, float(row.producer_ids_p99)) for row in users.itertuples(index=False)]
+    per_user = [UserDemand(row.user, {m.name: float(getattr(row, f"{m.name}_p99")) for m in USER_MEASURES})
+                for row in users.itertuples(index=False)]
     directions = [d for d, _, _ in topics.DIRECTIONS]
     hot = to_pandas(topic_table.select("topic", *(f"{d}_{c}" for d in directions
                                                   for c in ("p99", "refused_interval_share"))))

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, PRODUCER_IDS, TOPIC_MEASURES, Measure
+from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, TOPIC_MEASURES, USER_MEASURES, Measure
 from kafka_quota_proxy.analytics.readable import format_number, format_value, round_up_2sig, round_up_bytes
 from kafka_quota_proxy.identity import ANONYMOUS
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
-from kafka_quota_proxy.quota.kinds import whole_number_keys
+from kafka_quota_proxy.quota.kinds import extension_keys, whole_number_keys
 
 DEFAULT_PERCENTILE = 95.0
 DEFAULT_HEADROOM = 1.5
@@ -35,10 +35,11 @@ class TenantDemand:
 
 @dataclass(frozen=True, slots=True)
 class UserDemand:
-    """A user's p99 hourly rate of new producer ids, in ids/s."""
+    """A user's p99 hourly rate of each measure set per user alone (USER_MEASURES: new producer
+    ids, in ids/s), by measure name."""
 
     user: str
-    p99: float
+    p99: Mapping[str, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +132,9 @@ def override_entity(mode: str, user: str, client_id: str) -> QuotaEntity:
 def recommend(tenants: Sequence[TenantDemand], users: Sequence[UserDemand],
               percentile: float = DEFAULT_PERCENTILE, headroom: float = DEFAULT_HEADROOM,
               topics: Sequence[TopicDemand] = ()) -> Recommendations:
-    """Defaults and overrides for every client measure, producer_ids_rate per user, and the
-    topics' producer_byte_rate and consumer_byte_rate (from usage_log.topics) by the same rule."""
+    """Defaults and overrides for every client measure, each measure set per user alone
+    (producer_ids_rate) per user, and the topics' producer_byte_rate and consumer_byte_rate (from
+    usage_log.topics) by the same rule."""
     if not 0 < percentile <= 100:
         raise ValueError(f"percentile must be in (0, 100], got {percentile}")
     if not headroom > 0:
@@ -141,7 +143,8 @@ def recommend(tenants: Sequence[TenantDemand], users: Sequence[UserDemand],
     mode = entity_mode(t.user for t in tenants)
     for measure in CLIENT_MEASURES:
         _recommend_client_key(result, measure, tenants, mode)
-    _recommend_producer_ids(result, users)
+    for measure in USER_MEASURES:
+        _recommend_user_key(result, measure, users)
     for measure in TOPIC_MEASURES:
         _recommend_topic_key(result, measure, topics)
     return result
@@ -198,21 +201,25 @@ def _recommend_client_key(result: Recommendations, measure: Measure, tenants: Se
                                            "override", p99))
 
 
-def _recommend_producer_ids(result: Recommendations, users: Sequence[UserDemand]) -> None:
-    active = [u for u in users if u.user and u.user != ANONYMOUS and u.p99 > 0]
+def _recommend_user_key(result: Recommendations, measure: Measure, users: Sequence[UserDemand]) -> None:
+    """As for a client key, per user: a `<default>` user quota and an override for each user above
+    it; ANONYMOUS gets none (it is every unauthenticated client), but a note when above."""
+    name = measure.name
+    active = [u for u in users if u.user and u.user != ANONYMOUS and u.p99.get(name, 0) > 0]
     if not active:
         return
-    key = PRODUCER_IDS.key
-    default = _default(result, PRODUCER_IDS, QuotaEntity(user=DEFAULT), [u.p99 for u in active])
+    key = measure.key
+    default = _default(result, measure, QuotaEntity(user=DEFAULT), [u.p99[name] for u in active])
     for u in sorted(active, key=lambda u: u.user):
-        if u.p99 > default:
-            result.items.append(Recommendation(PRODUCER_IDS, QuotaEntity(user=u.user),
-                                               readable(key, u.p99 * result.headroom), "override", u.p99))
+        if u.p99[name] > default:
+            result.items.append(Recommendation(measure, QuotaEntity(user=u.user),
+                                               readable(key, u.p99[name] * result.headroom), "override",
+                                               u.p99[name]))
     anonymous = next((u for u in users if u.user == ANONYMOUS), None)
-    if anonymous is not None and anonymous.p99 > default:
+    if anonymous is not None and anonymous.p99.get(name, 0) > default:
         result.notes.append(
-            f"ANONYMOUS: the producer_ids_rate default applies to every unauthenticated client together, "
-            f"whose p99 is {format_value(anonymous.p99, PRODUCER_IDS.unit)}, above the default "
+            f"ANONYMOUS: the {key.value} default applies to every unauthenticated client together, "
+            f"whose p99 is {format_value(anonymous.p99[name], measure.unit)}, above the default "
             f"{format_number(default)}: it would be throttled")
 
 
@@ -300,8 +307,8 @@ def render_kafka_configs(recs: Recommendations) -> str:
                          "the proxy's quotas: (recommended-quotas.yaml) or with AlterClientQuotas, "
                          "entity type topic.")
             continue
-        if QuotaKey.PRODUCER_IDS_RATE in values:
-            lines.append("# producer_ids_rate is the proxy's KIP-936 extension key: "
+        for key in sorted(extension_keys() & values.keys(), key=lambda k: k.value):
+            lines.append(f"# {key.value} is the proxy's extension key (Kafka does not know it): "
                          "set it through the proxy.")
         if entity.topic is not None:
             lines.append("# A topic quota is the proxy's extension: run this against the proxy.")

@@ -18,7 +18,13 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from kafka_quota_proxy.analytics import plots
-from kafka_quota_proxy.analytics.measures import FETCH, MEASURES, PRODUCE, Measure
+from kafka_quota_proxy.analytics.measures import (
+    BYTE_MEASURES,
+    MEASURES,
+    TOPIC_MEASURES,
+    USER_MEASURES,
+    Measure,
+)
 from kafka_quota_proxy.analytics.readable import format_bytes, format_value
 from kafka_quota_proxy.analytics.recommend import Recommendations
 from kafka_quota_proxy.analytics.stats import to_pandas
@@ -162,10 +168,10 @@ def _tenant_table(tenants: DataFrame) -> pd.DataFrame:
                         "intervals": frame["intervals"],
                         "produced": frame["produce_bytes"].map(format_bytes),
                         "fetched": frame["fetch_bytes"].map(format_bytes)})
-    for m in (PRODUCE, FETCH):
+    for m in BYTE_MEASURES:
         for p in ("p50", "p99", "max"):
             out[f"{m.name} {p}"] = frame[f"{m.name}_{p}"].map(lambda v, u=m.unit: format_value(v, u))
-    for m in MEASURES[2:]:
+    for m in (m for m in MEASURES if m not in BYTE_MEASURES):
         out[f"{m.name} p99"] = frame[f"{m.name}_p99"].map(lambda v, u=m.unit: format_value(v, u))
     out["throttle produce"] = frame["throttle_produce_ms"].map(_duration)
     out["throttle fetch"] = frame["throttle_fetch_ms"].map(_duration)
@@ -180,7 +186,7 @@ def _topic_table(topics: DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"topic": frame["topic"], "intervals": frame["intervals"],
                         "written": frame["produce_bytes"].map(format_bytes),
                         "read": frame["fetch_bytes"].map(format_bytes)})
-    for m in (PRODUCE, FETCH):
+    for m in TOPIC_MEASURES:
         for p in ("p50", "p99", "max"):
             out[f"{m.name} {p}"] = frame[f"{m.name}_{p}"].map(lambda v, u=m.unit: format_value(v, u))
     out["writers"] = frame["writers"]
@@ -302,16 +308,19 @@ def _summary_table(s: Summary, replay_totals: list[tuple[str, str]]) -> pd.DataF
     return pd.DataFrame(rows, columns=["", "value"])
 
 
+def _per_user() -> str:
+    keys = " and ".join(m.key.value for m in USER_MEASURES)
+    return f"{keys} {'is' if len(USER_MEASURES) == 1 else 'are'} per user, from hourly rates." if keys else ""
+
+
 def write(out: Path, inputs: Inputs) -> Path:
     """Collect, plot and write report.html (and plots/*.png) under `out`."""
-    figures = {
-        "usage-produce.png": plots.usage_against_quota(
-            _series(inputs, PRODUCE),
-            f"Produce rate against quota, hourly: the top {PLOTTED_TENANTS} tenants by bytes produced"),
-        "usage-fetch.png": plots.usage_against_quota(
-            _series(inputs, FETCH),
-            f"Fetch rate against quota, hourly: the top {PLOTTED_TENANTS} tenants by bytes fetched"),
-    }
+    figures = {  # usage-produce.png, usage-fetch.png
+        f"usage-{m.name}.png": plots.usage_against_quota(
+            _series(inputs, m),
+            f"{m.name.capitalize()} rate against quota, hourly: the top {PLOTTED_TENANTS} tenants by "
+            f"{m.name} bytes")
+        for m in BYTE_MEASURES}
     replay_rows = _replay_rows(inputs.replayed)
     figures["throttle-current-vs-candidate.png"] = plots.throttle_before_after(
         _throttle_bars(replay_rows), f"current ({inputs.summary.current})",
@@ -352,7 +361,7 @@ def write(out: Path, inputs: Inputs) -> Path:
         "<h2>Recommended quotas</h2>"
         f"<p class=note>Default: p{recs.percentile:g} over tenants of their p99 demand, "
         f"x {recs.headroom:g}, rounded up; a tenant whose p99 is above the default gets an override of "
-        f"its p99 x {recs.headroom:g}. producer_ids_rate is per user, from hourly rates. Topics get "
+        f"its p99 x {recs.headroom:g}. {_per_user()} Topics get "
         "the same rule over their p99 rates, every client together.</p>",
         _table(_recommendation_table(recs)),
         f"<ul class=note>{notes}</ul>" if notes else "",
@@ -367,8 +376,8 @@ def write(out: Path, inputs: Inputs) -> Path:
         _img("throttle-current-vs-candidate.png", figures["throttle-current-vs-candidate.png"],
              "throttle time per tenant, current vs candidate"),
         "<h2>Usage against quota</h2>",
-        _img("usage-produce.png", figures["usage-produce.png"], "produce rate against quota"),
-        _img("usage-fetch.png", figures["usage-fetch.png"], "fetch rate against quota"),
+        *(_img(f"usage-{m.name}.png", figures[f"usage-{m.name}.png"], f"{m.name} rate against quota")
+          for m in BYTE_MEASURES),
     ]
     page = ("<!doctype html><html><head><meta charset=utf-8><title>kafka-quota-proxy usage report</title>"
             f"<style>{_CSS}</style></head><body>{''.join(parts)}</body></html>\n")

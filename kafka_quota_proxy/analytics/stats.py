@@ -14,7 +14,7 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from kafka_quota_proxy.analytics.measures import MEASURES, PRODUCER_IDS, Measure, per_second
+from kafka_quota_proxy.analytics.measures import CLIENT_MEASURES, MEASURES, USER_MEASURES, Measure, per_second
 from kafka_quota_proxy.quota import usage
 
 TENANT = ["user", "client_id"]
@@ -126,20 +126,25 @@ def hour_of_day(spark: SparkSession, hours: DataFrame, first_ms: int, end_ms: in
     return summed.join(F.broadcast(counts), "hour_of_day").select(*TENANT, "hour_of_day", *means)
 
 
-def user_producer_id_rates(hours: DataFrame) -> DataFrame:
-    """Per user: the p99 over its active hours of its new producer ids per second (demand), every
-    client together, as KIP-936 measures a user, over hours as its window is (an hour, not 1 s)."""
-    per_hour = hours.groupBy("user", "hour_ms").agg(F.sum(f"demand_{PRODUCER_IDS.amount}").alias("ids"))
+def user_rates(hours: DataFrame) -> DataFrame:
+    """Per user, for each measure set per user alone (USER_MEASURES: new producer ids per second):
+    the p99 and the max over its active hours of its hourly rate (demand), every client together,
+    as KIP-936 measures a user, over hours as its window is (an hour, not 1 s)."""
+    per_hour = hours.groupBy("user", "hour_ms").agg(
+        *(F.sum(f"demand_{m.amount}").alias(m.name) for m in USER_MEASURES))
+    rates = {m.name: F.col(m.name) * per_second(m) / 3600 for m in USER_MEASURES}
     return per_hour.groupBy("user").agg(
-        F.percentile_approx(F.col("ids") / 3600, 0.99, ACCURACY).alias("producer_ids_p99"),
-        F.max(F.col("ids") / 3600).alias("producer_ids_max"), F.count(F.lit(1)).alias("active_hours"))
+        *(F.percentile_approx(rate, 0.99, ACCURACY).alias(f"{name}_p99") for name, rate in rates.items()),
+        *(F.max(rate).alias(f"{name}_max") for name, rate in rates.items()),
+        F.count(F.lit(1)).alias("active_hours"))
 
 
 def outliers(report: DataFrame, users: pd.DataFrame, k: int) -> pd.DataFrame:
     """The top k by each measure's p99 demand, with how far above the median (among those using
-    the measure at all): tenants by their interval rates, and for producer ids users by their
-    hourly rates (`users`, from user_producer_id_rates), as the quota measures them."""
-    measures = [m for m in MEASURES if m is not PRODUCER_IDS]
+    the measure at all): tenants by their interval rates, and for a measure set per user alone
+    (producer ids) users by their hourly rates (`users`, from user_rates), as the quota measures
+    them."""
+    measures = CLIENT_MEASURES
     medians = report.agg(*(F.percentile_approx(F.when(F.col(f"demand_{m.name}_p99") > 0,
                                                       F.col(f"demand_{m.name}_p99")), 0.5, ACCURACY)
                            .alias(m.name) for m in measures)).first()
@@ -150,19 +155,20 @@ def outliers(report: DataFrame, users: pd.DataFrame, k: int) -> pd.DataFrame:
                     F.col(f"{m.name}_max").alias("max"))
             for m in measures]
     frames = [to_pandas(reduce(DataFrame.unionByName, tops))]
-    active = users[users["producer_ids_p99"] > 0]
-    ids = pd.DataFrame({
-        "measure": PRODUCER_IDS.name, "unit": PRODUCER_IDS.unit, "user": active["user"], "client_id": None,
-        "p99_demand": active["producer_ids_p99"], "p99": active["producer_ids_p99"],
-        "max": active["producer_ids_max"]})
-    frames.append(ids.sort_values(["p99_demand", "user"], ascending=[False, True]).head(k))
+    median = {m.name: (medians[m.name] if medians is not None else None) for m in measures}
+    for m in USER_MEASURES:
+        active = users[users[f"{m.name}_p99"] > 0]
+        by_user = pd.DataFrame({
+            "measure": m.name, "unit": m.unit, "user": active["user"], "client_id": None,
+            "p99_demand": active[f"{m.name}_p99"], "p99": active[f"{m.name}_p99"],
+            "max": active[f"{m.name}_max"]})
+        frames.append(by_user.sort_values(["p99_demand", "user"], ascending=[False, True]).head(k))
+        median[m.name] = float(active[f"{m.name}_p99"].median()) if len(active) else None
     top = pd.concat(frames, ignore_index=True)
     order = {m.name: i for i, m in enumerate(MEASURES)}
     top = top.sort_values(["measure", "p99_demand", "user", "client_id"], ascending=[True, False, True, True],
                           key=lambda c: c.map(order) if c.name == "measure" else c, ignore_index=True)
     top.insert(2, "rank", top.groupby("measure").cumcount() + 1)
-    median = {m.name: (medians[m.name] if medians is not None else None) for m in measures}
-    median[PRODUCER_IDS.name] = float(active["producer_ids_p99"].median()) if len(active) else None
     top["median_p99"] = top["measure"].map(median).astype(float)
     top["times_median"] = top["p99_demand"] / top["median_p99"]
     return top

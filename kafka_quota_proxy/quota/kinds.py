@@ -8,8 +8,9 @@ through the admin API as a built-in one is.
 Kafka is the model: one QuotaType enum (ClientQuotaManager's QuotaType) names each kind, its
 config key and its sensor's name. A request-rate kind (`QuotaKind.counts`) is enforced, metered
 and logged by the shared manager and stage (docs/architecture.md, "A new quota kind"). Each
-kind names its manager (`QuotaKind.manager`), from which the engine builds every scope's; the
-built-in kinds' stages and metric families still name the kinds they serve themselves.
+kind names its manager (`QuotaKind.manager`), from which the engine builds every scope's, and what
+the usage meter adds to its counter (`QuotaKind.metered`); the built-in kinds' stages and metric
+families still name the kinds they serve themselves.
 """
 
 from __future__ import annotations
@@ -18,7 +19,20 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCHES, PRODUCE
 from kafka_quota_proxy.quota.entities import QuotaEntity, QuotaKey
+
+# What the usage meter can read of a request for a kind's usage counter (QuotaKind.usage_fact;
+# proxy/observability/usage_log.py reads each): read when the request passes the request stages,
+# except the two read when its response is written to the client (RESPONSE_FACTS).
+REQUEST_BYTES = "request_bytes"  # the request's size without its size prefix
+RESPONSE_BYTES = "response_bytes"  # the response's, as written to the client
+TIME_MS = "time_ms"  # the request's time at the proxy, in ms, as Kafka's request time counts it
+PERMITS = "permits"  # the partitions a mutation request creates or deletes
+NEW_PRODUCER_IDS = "new_producer_ids"  # the producer ids a Produce brings that its user had not
+REQUESTS = "requests"  # one per request (a request-rate kind's, QuotaKind.counts)
+USAGE_FACTS = (REQUEST_BYTES, RESPONSE_BYTES, TIME_MS, PERMITS, NEW_PRODUCER_IDS, REQUESTS)
+RESPONSE_FACTS = frozenset({RESPONSE_BYTES, TIME_MS})
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +53,12 @@ class QuotaKind:
     measure: str | None = None
     unit: str = ""
     title: str = ""
+    # What the meter adds to the usage counter (one of USAGE_FACTS), for which API keys' requests
+    # (none: every request's); a request-rate kind's is one per request it counts (`metered`).
+    usage_fact: str = ""
+    usage_apis: frozenset[int] = frozenset()
+    usage_scale: float = 1.0  # one unit of the counter per second, in its quota's unit
+    topic_doc: str = ""  # a topic quota's documentation, as DescribeConfigs gives it (`topic`)
     # Kafka's QuotaType name: the sensor-name prefix ("Produce-u:c") and the JMX `type=` group;
     # "" where Kafka has none (the key is used).
     sensor: str = ""
@@ -65,6 +85,20 @@ class QuotaKind:
         return self.value_type != "DOUBLE"
 
     @property
+    def metered(self) -> tuple[str, frozenset[int]]:
+        """What the usage meter adds to the kind's usage counter, and for which API keys (none:
+        every request); ("", ...) for a kind it does not meter."""
+        if self.usage_fact or not self.counts:
+            return self.usage_fact, self.usage_apis
+        return REQUESTS, self.counts
+
+    @property
+    def topic_sensor(self) -> str:
+        """The sensor-name prefix of its topic quota (`topic`): "TopicProduce" beside Kafka's
+        "Produce"."""
+        return "Topic" + (self.sensor or self.key.value)
+
+    @property
     def per_tenant(self) -> bool:
         """Charged to a tenant (a user and/or client-id): the usage log counts its throttles."""
         return self.clients or self.user_alone
@@ -73,18 +107,25 @@ class QuotaKind:
 BUILT_IN: tuple[QuotaKind, ...] = (
     QuotaKind(QuotaKey.PRODUCER_BYTE_RATE, "produce", topic=True, value_type="LONG",  # KIP-13
               usage_counter="produce_bytes", measure="produce", unit="B/s", title="Produce bytes/s",
+              usage_fact=REQUEST_BYTES, usage_apis=frozenset({PRODUCE}),
+              topic_doc="The topic's quota at the proxy: bytes per second written to it by all clients "
+                        "together (docs/topic-quotas.md).",
               sensor="Produce", byte_rate=True, shared="produce"),
     QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG",  # KIP-13
               usage_counter="fetch_bytes", measure="fetch", unit="B/s", title="Fetch bytes/s",
+              usage_fact=RESPONSE_BYTES, usage_apis=FETCHES,  # a ShareFetch's bytes are fetched bytes too
+              topic_doc="The topic's quota at the proxy: bytes per second read from it by all clients "
+                        "together (docs/topic-quotas.md).",
               sensor="Fetch", byte_rate=True, shared="fetch"),
     # KIP-124. The usage log's request_time_ms over an interval, as Kafka's request_percentage
-    # counts it: percent of one thread.
+    # counts it: percent of one thread (1 ms a second is 0.1 %).
     QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request", usage_counter="request_time_ms", measure="request",
-              unit="%", title="Request time, % of a thread", sensor="Request",
-              manager="request_time"),
+              unit="%", title="Request time, % of a thread", usage_fact=TIME_MS, usage_scale=0.1,
+              sensor="Request", manager="request_time"),
     QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation",  # KIP-599
               usage_counter="partitions_mutated", measure="mutations", unit="partitions/s",
-              title="Partition mutations/s", sensor="ControllerMutation", manager="token_bucket",
+              title="Partition mutations/s", usage_fact=PERMITS, usage_apis=CONTROLLER_MUTATIONS,
+              sensor="ControllerMutation", manager="token_bucket",
               shared="mutation"),
     # KIP-612: new connections per second per client address
     QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
@@ -92,7 +133,8 @@ BUILT_IN: tuple[QuotaKind, ...] = (
     # KIP-936, which Apache Kafka never shipped: new producer ids per second, per user
     QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True,
               usage_counter="new_producer_ids", measure="producer_ids", unit="ids/s",
-              title="New producer ids/s", sensor="ProducerIds",  # KIP-936's ProducerIdQuotaManager
+              title="New producer ids/s", usage_fact=NEW_PRODUCER_IDS, usage_apis=frozenset({PRODUCE}),
+              sensor="ProducerIds",  # KIP-936's ProducerIdQuotaManager
               manager="producer_ids", shared="pids"),
 )
 BUILT_IN_KEYS = tuple(kind.key for kind in BUILT_IN)
@@ -130,6 +172,10 @@ def register(kind: QuotaKind) -> None:
     if kind.byte_rate:
         raise ValueError(f"quota key {kind.key.value}: a byte rate is built in (its bytes are read by "
                          "its own stages); a registered kind counts requests (QuotaKind.counts)")
+    fact, _ = kind.metered
+    if kind.usage_counter and fact not in USAGE_FACTS:
+        raise ValueError(f"quota key {kind.key.value}: its usage counter needs a usage fact the meter reads "
+                         f"(one of {', '.join(USAGE_FACTS)}), or the requests it counts")
     if kind.manager != "rate" or kind.shared:
         raise ValueError(f"quota key {kind.key.value}: a registered kind counts requests on Kafka's Rate "
                          "(manager \"rate\"), measured by each replica alone (no `shared` name)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from kafka_quota_proxy.protocol.error_codes import INVALID_CONFIG, INVALID_REQUEST
 from kafka_quota_proxy.quota.admin_api import QuotaRequestError, WireEntity, WireOp, validate_value
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
-from kafka_quota_proxy.quota.kinds import topic_keys
+from kafka_quota_proxy.quota.kinds import kind_of, topic_keys
 
 TOPIC_RESOURCE = 2  # ConfigResource.Type.TOPIC
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3  # AlterConfigOp.OpType
@@ -30,13 +30,8 @@ LONG = 5  # DescribeConfigs' ConfigType: the keys are Kafka's LONG quota configs
 QUOTA_CONFIGS = frozenset(key.value for key in topic_keys())
 # Both names end so: a request without these bytes has no quota key, and is not decoded.
 MARKER = b"_byte_rate"
-DOCUMENTATION = {
-    QuotaKey.PRODUCER_BYTE_RATE.value: "The topic's quota at the proxy: bytes per second written to it "
-                                       "by all clients together (docs/topic-quotas.md).",
-    QuotaKey.CONSUMER_BYTE_RATE.value: "The topic's quota at the proxy: bytes per second read from it "
-                                       "by all clients together (docs/topic-quotas.md).",
-}
-assert DOCUMENTATION.keys() == QUOTA_CONFIGS
+assert all(name.endswith(MARKER.decode()) for name in QUOTA_CONFIGS)
+DOCUMENTATION = {key.value: kind_of(key).topic_doc for key in topic_keys()}  # as DescribeConfigs gives it
 
 WireConfig = tuple[str, int, str | None]
 """An IncrementalAlterConfigs op as on the wire: (config name, operation, value)."""

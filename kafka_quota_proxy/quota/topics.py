@@ -18,14 +18,11 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaKey
+from kafka_quota_proxy.quota.kinds import kind_of, topic_keys
 from kafka_quota_proxy.quota.rate import MetricConfig, Rate
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from kafka_quota_proxy.quota.sensors import LocalStats, Sensors, StatFactory
 from kafka_quota_proxy.quota.throttle import INT_MAX, rate_throttle_time_ms
-
-# The sensor-name prefix per key, beside Kafka's "Produce" and "Fetch" (QuotaKind.sensor).
-TOPIC_QUOTA_TYPES = {QuotaKey.PRODUCER_BYTE_RATE: "TopicProduce",
-                     QuotaKey.CONSUMER_BYTE_RATE: "TopicFetch"}
 
 
 class Leadership:
@@ -113,10 +110,10 @@ class TopicQuotaManager:
     def __init__(self, key: QuotaKey, store: QuotaStore, config: MetricConfig, sensors: Sensors,
                  leadership: Leadership, broker: str | None, brokers: Callable[[], int] = lambda: 1,
                  stats: StatFactory | None = None) -> None:
-        if key not in TOPIC_QUOTA_TYPES:
+        if key not in topic_keys():
             raise ValueError(f"{key.value} is not a topic quota")
         self.key = key
-        self.quota_type = TOPIC_QUOTA_TYPES[key]
+        self.quota_type = kind_of(key).topic_sensor  # "TopicProduce" beside Kafka's "Produce"
         self.store = store
         self.config = config
         self.sensors = sensors

@@ -5,15 +5,13 @@ tables and reports use."""
 from __future__ import annotations
 
 from kafka_quota_proxy.analytics.measures import (
+    BY_KEY,
     BY_NAME,
+    BYTE_MEASURES,
     CLIENT_MEASURES,
-    FETCH,
     MEASURES,
-    MUTATIONS,
-    PRODUCE,
-    PRODUCER_IDS,
-    REQUEST,
     TOPIC_MEASURES,
+    USER_MEASURES,
     Measure,
     per_second,
 )
@@ -24,21 +22,26 @@ from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.kinds import registered
 from tests.support.kinds import LIST_GROUPS_RATE
 
+PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS = (BY_KEY[key] for key in (
+    QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE,
+    QuotaKey.CONTROLLER_MUTATION_RATE, QuotaKey.PRODUCER_IDS_RATE))
+
 
 def test_one_measure_per_tenant_kind_as_the_tables_name_them() -> None:
     assert MEASURES == (
         Measure("produce", QuotaKey.PRODUCER_BYTE_RATE, "produce_bytes", "produce", "B/s", "Produce bytes/s"),
         Measure("fetch", QuotaKey.CONSUMER_BYTE_RATE, "fetch_bytes", "fetch", "B/s", "Fetch bytes/s"),
         Measure("request", QuotaKey.REQUEST_PERCENTAGE, "request_time_ms", "request", "%",
-                "Request time, % of a thread"),
+                "Request time, % of a thread", 0.1),
         Measure("mutations", QuotaKey.CONTROLLER_MUTATION_RATE, "partitions_mutated", "controller_mutation",
                 "partitions/s", "Partition mutations/s"),
         Measure("producer_ids", QuotaKey.PRODUCER_IDS_RATE, "new_producer_ids", "producer_ids", "ids/s",
                 "New producer ids/s"),
     )
     assert MEASURES == (PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS)
-    assert CLIENT_MEASURES == (PRODUCE, FETCH, REQUEST, MUTATIONS)  # producer_ids_rate: per user
-    assert TOPIC_MEASURES == (PRODUCE, FETCH)
+    assert CLIENT_MEASURES == (PRODUCE, FETCH, REQUEST, MUTATIONS)
+    assert USER_MEASURES == (PRODUCER_IDS,)  # producer_ids_rate: per user alone
+    assert TOPIC_MEASURES == BYTE_MEASURES == (PRODUCE, FETCH)
     assert all(BY_NAME[m.name] is m for m in MEASURES)
     assert all(c is m for c, m in zip(CLIENT_MEASURES, MEASURES, strict=False))
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from kafka_quota_proxy.analytics.measures import FETCH, MUTATIONS, PRODUCE, PRODUCER_IDS, REQUEST
+from kafka_quota_proxy.analytics.measures import BY_KEY
 from kafka_quota_proxy.analytics.readable import format_bytes, round_up_2sig, round_up_bytes
 from kafka_quota_proxy.analytics.recommend import (
     TenantDemand,
@@ -23,6 +23,7 @@ from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 P, F, R, M, IDS = (QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE,
                  QuotaKey.CONTROLLER_MUTATION_RATE, QuotaKey.PRODUCER_IDS_RATE)
+PRODUCE, FETCH, REQUEST, MUTATIONS, PRODUCER_IDS = (BY_KEY[key] for key in (P, F, R, M, IDS))
 KIB, MIB = 1024, 1024 * 1024
 
 
@@ -125,8 +126,8 @@ def test_every_tenant_resolves_to_the_value_meant_for_it_under_kafkas_precedence
 
 
 def test_producer_ids_are_recommended_per_authenticated_user() -> None:
-    users = [UserDemand(f"svc-{i}", 0.001) for i in range(20)] + [UserDemand("etl", 0.05),
-                                                                     UserDemand("ANONYMOUS", 0.004)]
+    users = [UserDemand(f"svc-{i}", {"producer_ids": 0.001}) for i in range(20)] + [
+        UserDemand("etl", {"producer_ids": 0.05}), UserDemand("ANONYMOUS", {"producer_ids": 0.004})]
     recs = recommend([TenantDemand("svc-0", "app", {"produce": 10.0})], users)
     assert recs.quotas[QuotaEntity(user=DEFAULT)] == {IDS: 0.0015}
     assert recs.quotas[QuotaEntity(user="etl")] == {IDS: 0.075}
@@ -152,8 +153,8 @@ def all_measures() -> list[TenantDemand]:
 
 
 def test_the_yaml_is_what_the_proxy_loads() -> None:
-    recs = recommend(all_measures(), [UserDemand(f"svc-{i}", 0.001) for i in range(20)]
-                     + [UserDemand("svc-hog", 0.5)])
+    recs = recommend(all_measures(), [UserDemand(f"svc-{i}", {"producer_ids": 0.001}) for i in range(20)]
+                     + [UserDemand("svc-hog", {"producer_ids": 0.5})])
     text = recs.to_yaml("/var/lib/usage")
     loaded = validate_quota_entries(parse_quota_list(yaml.safe_load(text)["quotas"]))
     assert loaded == recs.quotas
@@ -182,7 +183,7 @@ def test_the_kafka_configs_commands() -> None:
 
 
 def test_the_script_has_one_command_per_entity() -> None:
-    recs = recommend(all_measures(), [UserDemand(f"svc-{i}", 0.001) for i in range(20)])
+    recs = recommend(all_measures(), [UserDemand(f"svc-{i}", {"producer_ids": 0.001}) for i in range(20)])
     script = recs.to_kafka_configs()
     commands = [line for line in script.splitlines() if line.startswith("kafka-configs.sh")]
     assert script.startswith("#!/bin/sh\n")

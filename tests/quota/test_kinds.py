@@ -8,6 +8,14 @@ import pytest
 
 from kafka_quota_proxy.config.errors import ConfigError
 from kafka_quota_proxy.config.quota_settings import parse_quota_list, validate_quota_entries
+from kafka_quota_proxy.protocol.api_keys import (
+    CREATE_PARTITIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
+    FETCH,
+    PRODUCE,
+    SHARE_FETCH,
+)
 from kafka_quota_proxy.quota import usage
 from kafka_quota_proxy.quota.admin_api import (
     INVALID_REQUEST,
@@ -19,6 +27,12 @@ from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
 from kafka_quota_proxy.quota.kinds import (
     BUILT_IN,
     BUILT_IN_KEYS,
+    NEW_PRODUCER_IDS,
+    PERMITS,
+    REQUEST_BYTES,
+    REQUESTS,
+    RESPONSE_BYTES,
+    TIME_MS,
     QuotaKind,
     byte_rate_kinds,
     client_keys,
@@ -168,6 +182,32 @@ def test_a_registered_kind_counts_on_kafkas_rate_measured_by_each_replica_alone(
     assert [(kind.manager, kind.shared) for kind in BUILT_IN] == [
         ("rate", "produce"), ("rate", "fetch"), ("request_time", ""), ("token_bucket", "mutation"),
         ("connections", ""), ("producer_ids", "pids")]
+
+
+def test_each_tenant_kind_declares_what_the_usage_meter_adds_for_it() -> None:
+    assert {kind.key: kind.metered for kind in BUILT_IN} == {
+        K.PRODUCER_BYTE_RATE: (REQUEST_BYTES, frozenset({PRODUCE})),
+        K.CONSUMER_BYTE_RATE: (RESPONSE_BYTES, frozenset({FETCH, SHARE_FETCH})),
+        K.REQUEST_PERCENTAGE: (TIME_MS, frozenset()),  # every request's
+        K.CONTROLLER_MUTATION_RATE: (PERMITS, frozenset({CREATE_TOPICS, DELETE_TOPICS, CREATE_PARTITIONS})),
+        K.CONNECTION_CREATION_RATE: ("", frozenset()),  # a client address's, not a tenant's
+        K.PRODUCER_IDS_RATE: (NEW_PRODUCER_IDS, frozenset({PRODUCE}))}
+    # a request-rate kind's is one per request it counts, unless it says otherwise
+    lists = QuotaKind(QuotaKey("lists_rate"), "lists", counts=frozenset({16}), usage_counter="lists")
+    assert lists.metered == (REQUESTS, frozenset({16}))
+    with pytest.raises(ValueError, match="its usage counter needs a usage fact the meter reads"):
+        register(QuotaKind(QuotaKey("metadata_things"), "things", usage_counter="things"))
+    with pytest.raises(ValueError, match="its usage counter needs a usage fact the meter reads"):
+        register(QuotaKind(QuotaKey("metadata_things"), "things", usage_counter="things", usage_fact="bytes"))
+    assert kinds() == BUILT_IN
+
+
+def test_topic_quotas_are_named_and_documented_by_their_kind() -> None:
+    assert {kind.key: kind.topic_sensor for kind in BUILT_IN if kind.topic} == {
+        K.PRODUCER_BYTE_RATE: "TopicProduce", K.CONSUMER_BYTE_RATE: "TopicFetch"}
+    assert {key: kind_of(key).topic_doc.split(":")[1].split(" by ")[0] for key in topic_keys()} == {
+        K.PRODUCER_BYTE_RATE: " bytes per second written to it",
+        K.CONSUMER_BYTE_RATE: " bytes per second read from it"}
 
 
 def test_counting_maps_each_counted_api_to_the_kinds_that_count_it() -> None:

@@ -25,12 +25,19 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings
-from kafka_quota_proxy.protocol.api_keys import CONTROLLER_MUTATIONS, FETCHES, PRODUCE
 from kafka_quota_proxy.proxy.context import RequestContext, request_time_ms
 from kafka_quota_proxy.proxy.observability.metrics import METRIC_PREFIX
 from kafka_quota_proxy.quota import usage
-from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import counted_kinds, counting, kind_of, user_only_keys
+from kafka_quota_proxy.quota.kinds import (
+    NEW_PRODUCER_IDS,
+    PERMITS,
+    REQUEST_BYTES,
+    RESPONSE_BYTES,
+    RESPONSE_FACTS,
+    TIME_MS,
+    tenant_kinds,
+    user_only_keys,
+)
 from kafka_quota_proxy.quota.resolution import QuotaResolver, QuotaStore
 
 log = logging.getLogger("kafka_quota_proxy.usage")
@@ -93,21 +100,31 @@ class UsageMeter:
         self.throttle_types = usage.throttle_types()
         self._throttle_index = {t: i for i, t in enumerate(self.throttle_types)}
         # Each tenant kind's usage counter and the new connections (quota/usage.py), taken at
-        # start, as the throttle types: a kind counts what its quota measures. Where each
-        # built-in kind's goes, and for each API key the counters of the registered request-rate
-        # kinds that count its requests, one each.
+        # start, as the throttle types: a kind counts what its quota measures, the fact it
+        # declares (QuotaKind.metered) of the requests it names, or of every request.
         self.counters = usage.counter_names()
         at = {name: i for i, name in enumerate(self.counters)}
-        self._produce_bytes, self._fetch_bytes, self._request_time, self._mutations, self._new_ids = (
-            at[kind_of(key).usage_counter or ""] for key in (
-                QuotaKey.PRODUCER_BYTE_RATE, QuotaKey.CONSUMER_BYTE_RATE, QuotaKey.REQUEST_PERCENTAGE,
-                QuotaKey.CONTROLLER_MUTATION_RATE, QuotaKey.PRODUCER_IDS_RATE))
         self._connections = at["connections"]
         self._zeros: list[float] = [0] * len(self.counters)
-        self._zeros[self._request_time] = 0.0  # milliseconds, written to 3 decimals
-        counted = [kind for kind in counted_kinds() if kind.usage_counter]
-        self._counted_by_api = {api: tuple(at[counted[i].usage_counter or ""] for i in indexes)
-                                for api, indexes in counting(counted).items()}
+        on_request: dict[int | None, list[tuple[str, int]]] = {None: []}  # None: every request's
+        on_response: dict[int | None, list[tuple[str, int]]] = {None: []}
+        for kind in tenant_kinds():
+            fact, apis = kind.metered
+            if not kind.usage_counter or not fact:
+                continue
+            i = at[kind.usage_counter]
+            if fact == TIME_MS:
+                self._zeros[i] = 0.0  # milliseconds, written to 3 decimals
+            side = on_response if fact in RESPONSE_FACTS else on_request
+            for api in apis or (None,):
+                side.setdefault(api, []).append((fact, i))
+        # For each API key a kind names, what its request (its response) adds to which counters,
+        # every request's included; what any other API key's adds.
+        self._every_request, self._every_response = tuple(on_request[None]), tuple(on_response[None])
+        self._on_request = {api: (*facts, *self._every_request)
+                            for api, facts in on_request.items() if api is not None}
+        self._on_response = {api: (*facts, *self._every_response)
+                             for api, facts in on_response.items() if api is not None}
 
     def _aligned(self, now_ms: int) -> int:
         return now_ms - now_ms % self.interval_ms
@@ -143,23 +160,24 @@ class UsageMeter:
         if not conn.metered:
             conn.metered = True
             counters[self._connections] += 1
-        if key == PRODUCE:
-            counters[self._produce_bytes] += len(ctx.frame) - 4
-            charged = ctx.charged
-            if charged is not None:
-                counters[self._new_ids] += charged.new_producer_ids
-            if self.topics and ctx.topic_bytes:
-                self._count_topics(t, ctx.topic_bytes, 0)
-        elif key in CONTROLLER_MUTATIONS:
-            charged = ctx.charge()
-            if charged.permits is None:
-                try:
-                    charged.permits = self.permits(ctx)
-                except Exception:  # noqa: BLE001 - an undecodable body is the broker's to refuse
-                    charged.permits = 0
-            counters[self._mutations] += charged.permits
-        if self._counted_by_api:
-            for i in self._counted_by_api.get(key, ()):
+        for fact, i in self._on_request.get(key, self._every_request):
+            if fact == REQUEST_BYTES:
+                counters[i] += len(ctx.frame) - 4
+                if self.topics and ctx.topic_bytes:
+                    self._count_topics(t, ctx.topic_bytes, 0)
+            elif fact == NEW_PRODUCER_IDS:
+                charged = ctx.charged
+                if charged is not None:
+                    counters[i] += charged.new_producer_ids
+            elif fact == PERMITS:
+                charged = ctx.charge()
+                if charged.permits is None:
+                    try:
+                        charged.permits = self.permits(ctx)
+                    except Exception:  # noqa: BLE001 - an undecodable body is the broker's to refuse
+                        charged.permits = 0
+                counters[i] += charged.permits
+            else:  # REQUESTS
                 counters[i] += 1
 
     def response(self, ctx: RequestContext, size: int) -> None:
@@ -174,11 +192,14 @@ class UsageMeter:
         t = self._tenant(ctx.conn.principal, ctx.header.client_id or "")
         if t is None:
             return
-        if ctx.api_key in FETCHES:  # a ShareFetch's bytes are fetched bytes too
-            t.counters[self._fetch_bytes] += size - 4  # as Produce: the message without its size prefix
-            if self.topics and ctx.topic_bytes:
-                self._count_topics(t, ctx.topic_bytes, 1)
-        t.counters[self._request_time] += time_ms
+        counters = t.counters
+        for fact, i in self._on_response.get(ctx.api_key, self._every_response):
+            if fact == RESPONSE_BYTES:
+                counters[i] += size - 4  # as a request's: the message without its size prefix
+                if self.topics and ctx.topic_bytes:
+                    self._count_topics(t, ctx.topic_bytes, 1)
+            else:  # TIME_MS
+                counters[i] += time_ms
 
     def _count_topics(self, t: TenantUsage, counted: list[tuple[str, int, int]], at: int) -> None:
         """Add a request's bytes per topic: `at` 0 for Produce, 1 for Fetch (the refused bytes

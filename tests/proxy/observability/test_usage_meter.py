@@ -11,13 +11,16 @@ import pytest
 
 from kafka_quota_proxy.config import ConfigError
 from kafka_quota_proxy.config.usage_settings import UsageLogSettings, parse_usage_log
+from kafka_quota_proxy.protocol.api_keys import LIST_GROUPS, METADATA, SHARE_FETCH
 from kafka_quota_proxy.protocol.headers import parse_request_header
 from kafka_quota_proxy.proxy.context import ConnectionInfo, RequestContext
 from kafka_quota_proxy.proxy.observability.usage_log import Interval, UsageMeter, UsageWriter
 from kafka_quota_proxy.quota import usage
 from kafka_quota_proxy.quota.entities import DEFAULT, QuotaEntity, QuotaKey
+from kafka_quota_proxy.quota.kinds import TIME_MS, QuotaKind, registered
 from kafka_quota_proxy.quota.resolution import QuotaStore
 from tests.proxy.conftest import request_frame
+from tests.support.kinds import LIST_GROUPS_RATE
 
 T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 HOUR = 3_600_000
@@ -29,8 +32,9 @@ def settings(tmp_path: Path, **kw: Any) -> UsageLogSettings:
 
 def ctx(api_key: int, body: bytes = b"", principal: str = "alice", client_id: str = "app",
         conn: ConnectionInfo | None = None) -> RequestContext:
-    version = 3 if api_key == 0 else 0
-    frame = memoryview(request_frame(api_key, version, 1, body, client_id=client_id.encode()))
+    version = 3 if api_key == 0 else 1 if api_key == SHARE_FETCH else 0  # ShareFetch is flexible from v1
+    frame = memoryview(request_frame(api_key, version, 1, body, client_id=client_id.encode(),
+                                     flexible=api_key == SHARE_FETCH))
     info = conn or ConnectionInfo("127.0.0.1:5000", "bootstrap")
     info.principal = principal
     return RequestContext(parse_request_header(frame), frame, info)
@@ -99,6 +103,35 @@ def test_what_a_request_and_its_response_count(tmp_path: Path) -> None:
         "produce": 1, "fetch": 1, "metadata": 1, "group": 0, "transaction": 0, "admin": 1, "other": 0}
     assert t.throttle_ms == [300, 0, 0, 0, 9] and t.throttled == [2, 0, 0, 0, 1]
     assert isinstance(counted["request_time_ms"], float) and counted["request_time_ms"] > 0
+
+
+def test_each_kind_is_metered_by_the_fact_it_declares(tmp_path: Path) -> None:
+    """The meter reads what each kind declares (QuotaKind.metered), a registered kind's as a
+    built-in one's: the toy kind's ListGroups requests, one each, and a kind that adds up its
+    Metadata requests' time, beside request time's every request; a ShareFetch's response is
+    fetched bytes, as a Fetch's."""
+    metadata_time = QuotaKind(QuotaKey("metadata_time_percentage"), "metadata_time", extension=True,
+                              usage_counter="metadata_time_ms", usage_fact=TIME_MS,
+                              usage_apis=frozenset({METADATA}))
+    with registered(LIST_GROUPS_RATE), registered(metadata_time):
+        m = meter(tmp_path, Clock(T0))
+        conn = ConnectionInfo("127.0.0.1:5000", "bootstrap")
+        for _ in range(2):
+            m.request(ctx(LIST_GROUPS, conn=conn))
+        metadata, share_fetch = ctx(METADATA, conn=conn), ctx(SHARE_FETCH, conn=conn)
+        for answered in (metadata, share_fetch):
+            m.request(answered)
+            m.response(answered, 100)
+        counted = dict(zip(m.counters, m.tenants["alice"]["app"].counters, strict=True))
+    assert m.counters == ("produce_bytes", "fetch_bytes", "request_time_ms", "partitions_mutated",
+                          "new_producer_ids", "list_groups_requests", "metadata_time_ms", "connections")
+    assert {name: counted[name] for name in ("produce_bytes", "fetch_bytes", "partitions_mutated",
+                                             "new_producer_ids", "list_groups_requests", "connections")} == {
+        "produce_bytes": 0, "fetch_bytes": 96, "partitions_mutated": 0, "new_producer_ids": 0,
+        "list_groups_requests": 2, "connections": 1}
+    # a time is a float from the start; the metadata kind's is the Metadata response's alone
+    assert isinstance(counted["metadata_time_ms"], float) and isinstance(counted["request_time_ms"], float)
+    assert 0 < counted["metadata_time_ms"] < counted["request_time_ms"]
 
 
 def test_bytes_per_topic_are_counted_only_with_usage_log_topics(tmp_path: Path) -> None:
