@@ -91,9 +91,10 @@ def flatten(records: DataFrame) -> DataFrame:
     col = F.col
     columns = [col("user"), col("client_id"), F.coalesce(col("instance"), F.lit("")).alias("instance"),
                col("start_ms"), col("interval_s")]
+    times = usage.time_counters()
     for c in usage.counter_names():
         value = _count(col(c))
-        columns.append((value if c == "request_time_ms" else value.cast(LongType())).alias(c))
+        columns.append((value if c in times else value.cast(LongType())).alias(c))
     columns += [_count(col(f"requests.{g}")).cast(LongType()).alias(f"requests_{g}") for g in usage.GROUPS]
     columns += [_count(col(f"throttle_ms.{t}")).cast(LongType()).alias(f"throttle_{t}_ms")
                 for t in usage.throttle_types()]

@@ -12,12 +12,14 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
+from kafka_quota_proxy.analytics.measures import TOPIC_MEASURES
 from kafka_quota_proxy.analytics.stats import ACCURACY, PERCENTILES, TENANT
 from kafka_quota_proxy.quota import usage
 
-# (measure name, the bytes the topic took, the bytes its quota refused)
-DIRECTIONS = (("produce", "produce_bytes", "produce_refused_bytes"),
-              ("fetch", "fetch_bytes", "fetch_refused_bytes"))
+# (measure name, the bytes the topic took, the bytes its quota refused): produce, then fetch
+DIRECTIONS = tuple((m.name, m.amount, f"{m.name}_refused_bytes") for m in TOPIC_MEASURES)
+assert usage.TOPIC_COUNTERS == (*(took for _, took, _ in DIRECTIONS),
+                                *(refused for _, _, refused in DIRECTIONS))
 
 
 def topic_intervals(rows: DataFrame) -> DataFrame:

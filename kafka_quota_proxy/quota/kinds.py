@@ -176,6 +176,9 @@ def register(kind: QuotaKind) -> None:
     if kind.usage_counter and fact not in USAGE_FACTS:
         raise ValueError(f"quota key {kind.key.value}: its usage counter needs a usage fact the meter reads "
                          f"(one of {', '.join(USAGE_FACTS)}), or the requests it counts")
+    if kind.topic:
+        raise ValueError(f"quota key {kind.key.value}: a topic quota is a byte rate, built in (its bytes are "
+                         "read by the topic stages)")
     if kind.manager != "rate" or kind.shared:
         raise ValueError(f"quota key {kind.key.value}: a registered kind counts requests on Kafka's Rate "
                          "(manager \"rate\"), measured by each replica alone (no `shared` name)")

@@ -64,7 +64,7 @@ from kafka_quota_proxy.protocol.api_keys import (
     UPDATE_FEATURES,
 )
 from kafka_quota_proxy.quota.entities import QuotaKey
-from kafka_quota_proxy.quota.kinds import tenant_kinds
+from kafka_quota_proxy.quota.kinds import BUILT_IN, TIME_MS, tenant_kinds
 
 VERSION = 2
 # Version 1 had no `topics`; the pipeline reads both (a missing `topics` is no topic bytes).
@@ -112,8 +112,19 @@ def counter_names() -> tuple[str, ...]:
     tenant's new connections."""
     return (*(kind.usage_counter for kind in tenant_kinds() if kind.usage_counter), "connections")
 
-# Per topic (usage_log.topics): record bytes written and read, and those the topic's quota refused.
-TOPIC_COUNTERS = ("produce_bytes", "fetch_bytes", "produce_refused_bytes", "fetch_refused_bytes")
+
+def time_counters() -> frozenset[str]:
+    """The counters that are times in ms (a kind's that adds up the requests' time): floats,
+    written to 3 decimals; every other counter is a whole number."""
+    return frozenset(kind.usage_counter for kind in tenant_kinds()
+                     if kind.usage_counter and kind.metered[0] == TIME_MS)
+
+
+# Per topic (usage_log.topics), for each kind a topic may carry (the byte rates, built in): its
+# record bytes (produce_bytes written, fetch_bytes read), then those the topic's quota refused.
+TOPIC_KINDS = tuple(kind for kind in BUILT_IN if kind.topic)
+TOPIC_COUNTERS = (*(str(kind.usage_counter) for kind in TOPIC_KINDS),
+                  *(f"{kind.measure}_refused_bytes" for kind in TOPIC_KINDS))
 
 
 def api_group(api_key: int) -> str:

@@ -203,6 +203,12 @@ def test_each_tenant_kind_declares_what_the_usage_meter_adds_for_it() -> None:
 
 
 def test_topic_quotas_are_named_and_documented_by_their_kind() -> None:
+    with pytest.raises(ValueError, match="a topic quota is a byte rate, built in"):
+        register(QuotaKind(QuotaKey("metadata_rate"), "metadata", topic=True))
+    assert kinds() == BUILT_IN
+    assert usage.TOPIC_COUNTERS == (
+        "produce_bytes", "fetch_bytes", "produce_refused_bytes", "fetch_refused_bytes")
+    assert usage.time_counters() == {"request_time_ms"}
     assert {kind.key: kind.topic_sensor for kind in BUILT_IN if kind.topic} == {
         K.PRODUCER_BYTE_RATE: "TopicProduce", K.CONSUMER_BYTE_RATE: "TopicFetch"}
     assert {key: kind_of(key).topic_doc.split(":")[1].split(" by ")[0] for key in topic_keys()} == {

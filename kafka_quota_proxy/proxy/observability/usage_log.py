@@ -34,7 +34,6 @@ from kafka_quota_proxy.quota.kinds import (
     REQUEST_BYTES,
     RESPONSE_BYTES,
     RESPONSE_FACTS,
-    TIME_MS,
     tenant_kinds,
     user_only_keys,
 )
@@ -58,7 +57,7 @@ class TenantUsage:
         self.requests = [0] * len(usage.GROUPS)
         self.throttle_ms = [0] * kinds  # by the meter's throttle types
         self.throttled = [0] * kinds
-        # usage_log.topics: topic -> [produce, fetch, produce refused, fetch refused] bytes
+        # usage_log.topics: topic -> its bytes, usage.TOPIC_COUNTERS (produce, fetch, then refused)
         self.topics: dict[str, list[int]] | None = None
 
 
@@ -106,18 +105,20 @@ class UsageMeter:
         at = {name: i for i, name in enumerate(self.counters)}
         self._connections = at["connections"]
         self._zeros: list[float] = [0] * len(self.counters)
-        on_request: dict[int | None, list[tuple[str, int]]] = {None: []}  # None: every request's
-        on_response: dict[int | None, list[tuple[str, int]]] = {None: []}
+        for i in (at[name] for name in usage.time_counters()):
+            self._zeros[i] = 0.0  # milliseconds, written to 3 decimals
+        # (fact, its counter, where a topic's share of it goes in usage_log.topics, -1: nowhere)
+        on_request: dict[int | None, list[tuple[str, int, int]]] = {None: []}  # None: every request's
+        on_response: dict[int | None, list[tuple[str, int, int]]] = {None: []}
+        self._topic_kinds = len(usage.TOPIC_KINDS)
         for kind in tenant_kinds():
             fact, apis = kind.metered
             if not kind.usage_counter or not fact:
                 continue
-            i = at[kind.usage_counter]
-            if fact == TIME_MS:
-                self._zeros[i] = 0.0  # milliseconds, written to 3 decimals
+            topic_at = usage.TOPIC_KINDS.index(kind) if kind in usage.TOPIC_KINDS else -1
             side = on_response if fact in RESPONSE_FACTS else on_request
             for api in apis or (None,):
-                side.setdefault(api, []).append((fact, i))
+                side.setdefault(api, []).append((fact, at[kind.usage_counter], topic_at))
         # For each API key a kind names, what its request (its response) adds to which counters,
         # every request's included; what any other API key's adds.
         self._every_request, self._every_response = tuple(on_request[None]), tuple(on_response[None])
@@ -160,11 +161,11 @@ class UsageMeter:
         if not conn.metered:
             conn.metered = True
             counters[self._connections] += 1
-        for fact, i in self._on_request.get(key, self._every_request):
+        for fact, i, topic_at in self._on_request.get(key, self._every_request):
             if fact == REQUEST_BYTES:
                 counters[i] += len(ctx.frame) - 4
-                if self.topics and ctx.topic_bytes:
-                    self._count_topics(t, ctx.topic_bytes, 0)
+                if topic_at >= 0 and self.topics and ctx.topic_bytes:
+                    self._count_topics(t, ctx.topic_bytes, topic_at)
             elif fact == NEW_PRODUCER_IDS:
                 charged = ctx.charged
                 if charged is not None:
@@ -193,17 +194,18 @@ class UsageMeter:
         if t is None:
             return
         counters = t.counters
-        for fact, i in self._on_response.get(ctx.api_key, self._every_response):
+        for fact, i, topic_at in self._on_response.get(ctx.api_key, self._every_response):
             if fact == RESPONSE_BYTES:
                 counters[i] += size - 4  # as a request's: the message without its size prefix
-                if self.topics and ctx.topic_bytes:
-                    self._count_topics(t, ctx.topic_bytes, 1)
+                if topic_at >= 0 and self.topics and ctx.topic_bytes:
+                    self._count_topics(t, ctx.topic_bytes, topic_at)
             else:  # TIME_MS
                 counters[i] += time_ms
 
     def _count_topics(self, t: TenantUsage, counted: list[tuple[str, int, int]], at: int) -> None:
-        """Add a request's bytes per topic: `at` 0 for Produce, 1 for Fetch (the refused bytes
-        go two places further on)."""
+        """Add a request's bytes per topic to the topic kind `at` (usage.TOPIC_COUNTERS: 0 for
+        Produce, 1 for Fetch; the refused bytes go as many places further on as there are topic
+        kinds)."""
         topics = t.topics
         if topics is None:
             topics = t.topics = {}
@@ -214,9 +216,9 @@ class UsageMeter:
                     self.topics_unmetered += 1
                     continue
                 self.topic_count += 1
-                found = topics[topic] = [0, 0, 0, 0]
+                found = topics[topic] = [0] * (2 * self._topic_kinds)
             found[at] += passed
-            found[at + 2] += refused
+            found[at + self._topic_kinds] += refused
 
     def throttled(self, user: str, client_id: str, quota_type: str, throttle_ms: int) -> None:
         t = self._tenant(user, client_id)
