@@ -1,5 +1,6 @@
 """The layout issue 38 asks for, kept: every list of quota kinds derived from the registry
-(quota/kinds.py), no source file over 450 lines, and every stage module imported by a test.
+(quota/kinds.py), no source file over 450 lines, every stage module imported by a test, and
+the tests' folders mirroring the package's.
 
 A list of kinds is what adding a kind would have to touch: a tuple, list, set or dict display
 naming two or more built-in kinds (by `QuotaKey.X`, by key or by usage counter), or one function
@@ -114,3 +115,12 @@ def test_every_stage_module_is_imported_by_a_test() -> None:
               if p.stem != "__init__"}
     assert len(stages) > 20
     assert sorted(stages - _imported_by_tests()) == []
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """Each package folder with modules in it (not protocol/kafka_specs, Kafka's message specs
+    as data) has its tests' folder of the same name."""
+    modules = [p for p in _sources(PACKAGE) if p.name != "__init__.py"]
+    packages = {p.parent.relative_to(PACKAGE) for p in modules} - {Path(".")}
+    assert len(packages) > 10
+    assert sorted(str(p) for p in packages if not (ROOT / "tests" / p).is_dir()) == []
