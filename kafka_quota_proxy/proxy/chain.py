@@ -3,14 +3,15 @@ then the client. Each stage names the API keys it cares about, and the chain for
 computed once, so a frame no stage asked for is forwarded after its header is read and its body's
 lengths are checked (WellFormed, the one stage for every key).
 `build_pipeline` is the one place the order is written. A new quota kind is declared in
-quota/kinds.py, whose lists of keys, throttle types and the pipeline's measures follow from it; a
-request-rate kind (`QuotaKind.counts`) needs nothing more (its manager and RequestCounts are
-shared), the others' managers, stages and metrics are still written by hand (issue 38).
+quota/kinds.py, with the quota stages that charge it (`QuotaKind.stages`): the chain adds each
+quota stage some known kind names, where its order puts it. A request-rate kind
+(`QuotaKind.counts`) needs nothing more: its manager is Kafka's Rate and its stage RequestCounts,
+shared by all such kinds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from kafka_quota_proxy.protocol.api_keys import SASL_AUTHENTICATE, SASL_HANDSHAKE
 from kafka_quota_proxy.protocol.headers import response_body_offset, response_prefix
@@ -48,7 +49,16 @@ from kafka_quota_proxy.proxy.stages.topic_quotas import (
 )
 from kafka_quota_proxy.proxy.stages.topic_usage import FetchTopicBytes, ProduceTopicBytes
 from kafka_quota_proxy.proxy.stages.well_formed import WellFormed
-from kafka_quota_proxy.quota.kinds import counted_kinds
+from kafka_quota_proxy.quota.kinds import (
+    STAGE_CONTROLLER_MUTATIONS,
+    STAGE_PRODUCER_IDS,
+    STAGE_QUOTA_CHARGE,
+    STAGE_QUOTA_SETTLE,
+    STAGE_REQUEST_COUNTS,
+    STAGE_TOPIC_QUOTAS,
+    counted_kinds,
+    quota_stages,
+)
 
 # A response ready to write: one buffer, or pieces written with writelines (no joining copy).
 Response = bytes | memoryview | list[bytes | memoryview]
@@ -62,6 +72,7 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     """The request and response stages, in the order a request and its response pass them.
     `topic_usage`: the usage log counts bytes per topic (`usage_log.topics`)."""
     terminate = isinstance(sasl, SaslTerminate)
+    charged_by = quota_stages()  # the quota stages some kind known names (QuotaKind.stages)
     # A body that does not parse goes no further than the ApiVersions gate (which answers
     # versions newer than the codec, whose bodies cannot be checked).
     request: list[RequestStage] = [ApiVersionsGate(), WellFormed()]
@@ -78,19 +89,27 @@ def build_pipeline(sasl: SaslInspect | SaslTerminate | None, quota_control: Quot
     # a topic's refused ones, and its fetch for what it is delivered.
     request += [ClientQuotasApi(quota_control, engine, access),
                 TopicConfigsAlter(quota_control, engine, access),
-                TopicConfigsDescribe(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15(),
-                TopicQuotaCharge(engine)]
+                TopicConfigsDescribe(quota_control, engine, access), CreateTopicsLimit(), FetchAsV15()]
     response += [BrokerAddresses(cluster.advertise, cluster.observe_metadata),
-                 TopicConfigsAnswer(quota_control), TopicProduceRefusals(engine), TopicFetchSettle(engine),
-                 TopicShareFetchSettle(engine)]
+                 TopicConfigsAnswer(quota_control)]
+    if STAGE_TOPIC_QUOTAS in charged_by:
+        request.append(TopicQuotaCharge(engine))
+        response += [TopicProduceRefusals(engine), TopicFetchSettle(engine), TopicShareFetchSettle(engine)]
     if topic_usage:  # after the topic quotas, which count what they measure themselves
         request.append(ProduceTopicBytes(engine.leadership))
         response.append(FetchTopicBytes(engine.leadership))
-    request += [ProducerIdCharge(engine), QuotaCharge(engine),
-                ControllerMutationCharge(engine, cluster.topic_partitions)]
-    if counted := counted_kinds():  # the request-rate kinds registered in quota/kinds.py
-        request.append(RequestCounts(engine, counted))
-    response += [QuotaSettle(engine), ThrottleMerge()]
+    # Producer ids before the bytes: a Produce refused for its new ids is not charged its bytes.
+    # In this order, each where some kind names it:
+    charges: dict[str, Callable[[], RequestStage]] = {
+        STAGE_PRODUCER_IDS: lambda: ProducerIdCharge(engine),
+        STAGE_QUOTA_CHARGE: lambda: QuotaCharge(engine),
+        STAGE_CONTROLLER_MUTATIONS: lambda: ControllerMutationCharge(engine, cluster.topic_partitions),
+        STAGE_REQUEST_COUNTS: lambda: RequestCounts(engine, counted_kinds()),
+    }
+    request += [make() for stage, make in charges.items() if stage in charged_by]
+    if STAGE_QUOTA_SETTLE in charged_by:
+        response.append(QuotaSettle(engine))
+    response.append(ThrottleMerge())
     return Pipeline(request=request, response=response)
 
 

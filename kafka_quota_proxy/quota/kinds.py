@@ -34,6 +34,17 @@ REQUESTS = "requests"  # one per request (a request-rate kind's, QuotaKind.count
 USAGE_FACTS = (REQUEST_BYTES, RESPONSE_BYTES, TIME_MS, PERMITS, NEW_PRODUCER_IDS, REQUESTS)
 RESPONSE_FACTS = frozenset({RESPONSE_BYTES, TIME_MS})
 
+# The quota stages a kind is charged by (QuotaKind.stages): proxy/chain.py adds each stage some
+# known kind names, where the chain's order puts it (proxy/stages/<name>.py).
+STAGE_TOPIC_QUOTAS = "topic_quotas"  # a topic's bytes charged, refused and settled
+STAGE_PRODUCER_IDS = "producer_ids"  # a Produce's new producer ids (KIP-936)
+STAGE_QUOTA_CHARGE = "quota_charge"  # a client's bytes, and its request time's throttle
+STAGE_CONTROLLER_MUTATIONS = "controller_mutations"  # the partitions a request creates or deletes
+STAGE_REQUEST_COUNTS = "request_counts"  # a request-rate kind's requests, one each
+STAGE_QUOTA_SETTLE = "quota_settle"  # a Fetch's bytes and every request's time, on its response
+STAGES = (STAGE_TOPIC_QUOTAS, STAGE_PRODUCER_IDS, STAGE_QUOTA_CHARGE, STAGE_CONTROLLER_MUTATIONS,
+          STAGE_REQUEST_COUNTS, STAGE_QUOTA_SETTLE)
+
 
 @dataclass(frozen=True, slots=True)
 class QuotaKind:
@@ -59,6 +70,9 @@ class QuotaKind:
     usage_apis: frozenset[int] = frozenset()
     usage_scale: float = 1.0  # one unit of the counter per second, in its quota's unit
     topic_doc: str = ""  # a topic quota's documentation, as DescribeConfigs gives it (`topic`)
+    # The quota stages that charge it (STAGES); a request-rate kind's is RequestCounts
+    # (`charged_by`). None for a kind charged where a connection is accepted (connections).
+    stages: tuple[str, ...] = ()
     # Kafka's QuotaType name: the sensor-name prefix ("Produce-u:c") and the JMX `type=` group;
     # "" where Kafka has none (the key is used).
     sensor: str = ""
@@ -93,6 +107,11 @@ class QuotaKind:
         return REQUESTS, self.counts
 
     @property
+    def charged_by(self) -> tuple[str, ...]:
+        """The quota stages that charge it: its own, or a request-rate kind's RequestCounts."""
+        return self.stages or ((STAGE_REQUEST_COUNTS,) if self.counts else ())
+
+    @property
     def topic_sensor(self) -> str:
         """The sensor-name prefix of its topic quota (`topic`): "TopicProduce" beside Kafka's
         "Produce"."""
@@ -110,22 +129,24 @@ BUILT_IN: tuple[QuotaKind, ...] = (
               usage_fact=REQUEST_BYTES, usage_apis=frozenset({PRODUCE}),
               topic_doc="The topic's quota at the proxy: bytes per second written to it by all clients "
                         "together (docs/topic-quotas.md).",
-              sensor="Produce", byte_rate=True, shared="produce"),
+              stages=(STAGE_TOPIC_QUOTAS, STAGE_QUOTA_CHARGE), sensor="Produce", byte_rate=True,
+              shared="produce"),
     QuotaKind(QuotaKey.CONSUMER_BYTE_RATE, "fetch", topic=True, value_type="LONG",  # KIP-13
               usage_counter="fetch_bytes", measure="fetch", unit="B/s", title="Fetch bytes/s",
               usage_fact=RESPONSE_BYTES, usage_apis=FETCHES,  # a ShareFetch's bytes are fetched bytes too
               topic_doc="The topic's quota at the proxy: bytes per second read from it by all clients "
                         "together (docs/topic-quotas.md).",
-              sensor="Fetch", byte_rate=True, shared="fetch"),
+              stages=(STAGE_TOPIC_QUOTAS, STAGE_QUOTA_CHARGE, STAGE_QUOTA_SETTLE), sensor="Fetch",
+              byte_rate=True, shared="fetch"),
     # KIP-124. The usage log's request_time_ms over an interval, as Kafka's request_percentage
     # counts it: percent of one thread (1 ms a second is 0.1 %).
     QuotaKind(QuotaKey.REQUEST_PERCENTAGE, "request", usage_counter="request_time_ms", measure="request",
               unit="%", title="Request time, % of a thread", usage_fact=TIME_MS, usage_scale=0.1,
-              sensor="Request", manager="request_time"),
+              stages=(STAGE_QUOTA_CHARGE, STAGE_QUOTA_SETTLE), sensor="Request", manager="request_time"),
     QuotaKind(QuotaKey.CONTROLLER_MUTATION_RATE, "controller_mutation",  # KIP-599
               usage_counter="partitions_mutated", measure="mutations", unit="partitions/s",
               title="Partition mutations/s", usage_fact=PERMITS, usage_apis=CONTROLLER_MUTATIONS,
-              sensor="ControllerMutation", manager="token_bucket",
+              stages=(STAGE_CONTROLLER_MUTATIONS,), sensor="ControllerMutation", manager="token_bucket",
               shared="mutation"),
     # KIP-612: new connections per second per client address
     QuotaKind(QuotaKey.CONNECTION_CREATION_RATE, "connection_creation_rate", clients=False, ip=True,
@@ -134,7 +155,7 @@ BUILT_IN: tuple[QuotaKind, ...] = (
     QuotaKind(QuotaKey.PRODUCER_IDS_RATE, "producer_ids", clients=False, user_alone=True, extension=True,
               usage_counter="new_producer_ids", measure="producer_ids", unit="ids/s",
               title="New producer ids/s", usage_fact=NEW_PRODUCER_IDS, usage_apis=frozenset({PRODUCE}),
-              sensor="ProducerIds",  # KIP-936's ProducerIdQuotaManager
+              stages=(STAGE_PRODUCER_IDS,), sensor="ProducerIds",  # KIP-936's ProducerIdQuotaManager
               manager="producer_ids", shared="pids"),
 )
 BUILT_IN_KEYS = tuple(kind.key for kind in BUILT_IN)
@@ -158,6 +179,9 @@ class Registry:
         self.tenant = tuple(k for k in kinds if k.per_tenant)
         self.counted = tuple(k for k in kinds if k.counts)
         self.byte_rates = tuple(k for k in kinds if k.byte_rate)
+        self.stages = frozenset(stage for k in kinds for stage in k.charged_by)
+        if not self.stages <= set(STAGES):
+            raise ValueError(f"no such quota stage: {', '.join(sorted(self.stages - set(STAGES)))}")
 
 
 _known = Registry(BUILT_IN)
@@ -176,6 +200,9 @@ def register(kind: QuotaKind) -> None:
     if kind.usage_counter and fact not in USAGE_FACTS:
         raise ValueError(f"quota key {kind.key.value}: its usage counter needs a usage fact the meter reads "
                          f"(one of {', '.join(USAGE_FACTS)}), or the requests it counts")
+    if kind.charged_by not in ((), (STAGE_REQUEST_COUNTS,)):
+        raise ValueError(f"quota key {kind.key.value}: a registered kind is charged by the request_counts "
+                         "stage (the requests it counts, QuotaKind.counts), not by its own stages")
     if kind.topic:
         raise ValueError(f"quota key {kind.key.value}: a topic quota is a byte rate, built in (its bytes are "
                          "read by the topic stages)")
@@ -293,6 +320,12 @@ def counting(counted: Sequence[QuotaKind]) -> dict[int, tuple[int, ...]]:
         for api in kind.counts:
             found.setdefault(api, []).append(i)
     return {api: tuple(indexes) for api, indexes in found.items()}
+
+
+def quota_stages() -> frozenset[str]:
+    """The quota stages the known kinds are charged by (QuotaKind.charged_by): those the chain
+    adds."""
+    return _known.stages
 
 
 def byte_rate_kinds() -> tuple[QuotaKind, ...]:

@@ -34,6 +34,7 @@ from kafka_quota_proxy.quota.kinds import (
     RESPONSE_BYTES,
     TIME_MS,
     QuotaKind,
+    Registry,
     byte_rate_kinds,
     client_keys,
     counting,
@@ -214,6 +215,18 @@ def test_topic_quotas_are_named_and_documented_by_their_kind() -> None:
     assert {key: kind_of(key).topic_doc.split(":")[1].split(" by ")[0] for key in topic_keys()} == {
         K.PRODUCER_BYTE_RATE: " bytes per second written to it",
         K.CONSUMER_BYTE_RATE: " bytes per second read from it"}
+
+
+def test_a_registered_kind_is_charged_by_request_counts_alone() -> None:
+    for stages in (("quota_charge",), ("request_counts", "quota_settle"), ("no_such_stage",)):
+        with pytest.raises(ValueError, match="a registered kind is charged by the request_counts stage"):
+            register(QuotaKind(QuotaKey("metadata_rate"), "metadata", stages=stages))
+    assert kinds() == BUILT_IN
+    with pytest.raises(ValueError, match="no such quota stage: no_such_stage"):
+        Registry((*BUILT_IN, QuotaKind(QuotaKey("metadata_rate"), "metadata", stages=("no_such_stage",))))
+    with registered(QuotaKind(QuotaKey("metadata_rate"), "metadata", stages=("request_counts",),
+                              counts=frozenset({3}))) as kind:
+        assert kind.charged_by == ("request_counts",)
 
 
 def test_counting_maps_each_counted_api_to_the_kinds_that_count_it() -> None:
