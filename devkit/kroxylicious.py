@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from devkit.kafka_jvm import LOOPBACK, end, free_port, java_version, tail_of
-from devkit.processes import _is_free, die_with_parent, log_tail, wait_for_port
+from devkit.processes import die_with_parent, is_free, log_tail, wait_for_port
 
 VERSION = "0.23.0"
 TAG = f"v{VERSION}"
@@ -213,7 +213,7 @@ def free_ports(count: int = 2) -> int:
     """A port free with the `count` - 1 after it (the gateway's bootstrap, then its nodes')."""
     for _ in range(100):
         first = free_port()
-        if all(_is_free(first + i) for i in range(1, count)):
+        if all(is_free(first + i) for i in range(1, count)):
             return first
     raise KroxyliciousError(f"no {count} free ports in a row")
 

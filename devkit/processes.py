@@ -43,7 +43,8 @@ def _worker_slice() -> range | None:
     return range(start, start + width)
 
 
-def _is_free(port: int) -> bool:
+def is_free(port: int) -> bool:
+    """Whether `port` can be bound on the loopback address now (another may take it after)."""
     with socket.socket() as s:
         try:
             s.bind((LOOPBACK, port))
@@ -80,7 +81,7 @@ def _free_port_in(ports: range) -> int:
         _cursor = port + 1 if port + 1 < ports.stop else ports.start
         if _cursor == ports.start:
             _handed_out.difference_update(ports)  # a lap done: the oldest may be handed out again
-        if port not in _handed_out and _is_free(port):
+        if port not in _handed_out and is_free(port):
             _handed_out.add(port)
             return port
     raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")

@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from devkit.processes import LOOPBACK, _is_free, die_with_parent, free_port, log_tail
+from devkit.processes import LOOPBACK, die_with_parent, free_port, is_free, log_tail
 from devkit.tansu import Storage
 
 # Development-only credentials: weed mini makes them its admin identity, Tansu signs with them.
@@ -67,7 +67,7 @@ def _status(url: str) -> int | None:
 def _admin_port() -> int:
     while True:
         port = free_port()
-        if port + ADMIN_GRPC_OFFSET <= 65535 and _is_free(port + ADMIN_GRPC_OFFSET):
+        if port + ADMIN_GRPC_OFFSET <= 65535 and is_free(port + ADMIN_GRPC_OFFSET):
             return port
 
 
