@@ -71,7 +71,7 @@ class QuotaKind:
     usage_scale: float = 1.0  # one unit of the counter per second, in its quota's unit
     topic_doc: str = ""  # a topic quota's documentation, as DescribeConfigs gives it (`topic`)
     # The quota stages that charge it (STAGES); a request-rate kind's is RequestCounts
-    # (`charged_by`). None for a kind charged where a connection is accepted (connections).
+    # (`charged_by`). Empty for a kind charged where a connection is accepted (connections).
     stages: tuple[str, ...] = ()
     # Kafka's QuotaType name: the sensor-name prefix ("Produce-u:c") and the JMX `type=` group;
     # "" where Kafka has none (the key is used).

@@ -29,7 +29,6 @@ from kafka_quota_proxy.quota.entities import QuotaKey
 from kafka_quota_proxy.quota.kinds import kind_of
 from kafka_quota_proxy.quota.managers import ClientQuotaManager, ClientRequestQuotaManager
 from kafka_quota_proxy.quota.mutations import ControllerMutationQuotaManager
-from kafka_quota_proxy.quota.producer_ids import ProducerIdQuotaManager
 from kafka_quota_proxy.quota.rate import Rate
 from kafka_quota_proxy.quota.resolution import sanitize_user
 from kafka_quota_proxy.quota.shared_rate import SharedRate
@@ -213,9 +212,7 @@ class QuotaCollector(Collector):
         overfull = CounterMetricFamily(P + "producer_id_cache_overfull_adds", "Ids added to a filter "
                                        "already holding its capacity (its false-positive rate then "
                                        "rises above the configured one)", labels=["scope"])
-        found = ((scope, manager) for scope, managers in self.engine.scopes()
-                 for manager in managers.clients.values() if isinstance(manager, ProducerIdQuotaManager))
-        for scope, m in found:
+        for scope, m in self.engine.producer_id_managers():
             cache = m.cache
             users.add_metric([scope], len(cache))
             size.add_metric([scope], cache.memory_bytes())

@@ -320,19 +320,20 @@ class QuotaEngine:
         return ProducerIdQuotaManager(self.store, self.producer_id_config, sensors, cache,
                                       ScopedShared(shared, kind.shared, scope), self.shared_ids)
 
-    def _producer_id_managers(self) -> Iterator[ProducerIdQuotaManager]:
-        for managers in self._scopes.values():
+    def producer_id_managers(self) -> Iterator[tuple[str, ProducerIdQuotaManager]]:
+        """Each scope's producer-id manager (KIP-936), with the scope's name."""
+        for scope, managers in self._scopes.items():
             for manager in managers.clients.values():
                 if isinstance(manager, ProducerIdQuotaManager):
-                    yield manager
+                    yield scope, manager
 
     def tracks_producer_ids(self) -> bool:
         """Whether any scope's seen-id cache holds a user (its cleanup then has work)."""
-        return any(len(m.cache) for m in self._producer_id_managers())
+        return any(len(m.cache) for _, m in self.producer_id_managers())
 
     def expire_producer_ids(self) -> None:
         now = self.clock()
-        for manager in self._producer_id_managers():
+        for _, manager in self.producer_id_managers():
             manager.expire(now)
 
     def scopes(self) -> Iterator[tuple[str, ScopeManagers]]:

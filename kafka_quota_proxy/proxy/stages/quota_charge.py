@@ -35,7 +35,7 @@ from kafka_quota_proxy.proxy.stages.base import Reply, RequestStage
 from kafka_quota_proxy.proxy.stages.throttling import client_of, managers, throttle
 from kafka_quota_proxy.quota.entities import QuotaKey
 
-# The kinds charged here, looked up in a scope's managers on every request.
+# The kinds charged here: their managers looked up in a scope's, their throttles counted.
 PRODUCE_BYTES = QuotaKey.PRODUCER_BYTE_RATE
 FETCH_BYTES = QuotaKey.CONSUMER_BYTE_RATE
 REQUEST_TIME = QuotaKey.REQUEST_PERCENTAGE  # settled by QuotaSettle, which this hands the managers
@@ -130,7 +130,7 @@ class QuotaCharge(RequestStage):
             throttle_ms, over = q.rates[PRODUCE_BYTES].charge(
                 user, client_id, ctx.forward_size - 4, now, conn.charge_handles, switches.paced)
             if throttle_ms:
-                throttle(engine, ctx, QuotaKey.PRODUCER_BYTE_RATE, throttle_ms, now)
+                throttle(engine, ctx, PRODUCE_BYTES, throttle_ms, now)
             conn.read_alone = over
         return None
 

@@ -33,7 +33,7 @@ from kafka_quota_proxy.proxy.stages.throttling import (
 )
 from kafka_quota_proxy.quota.entities import QuotaKey
 
-# The kinds charged here, looked up in a scope's managers on every request.
+# The kinds charged here: their managers looked up in a scope's, their throttles counted.
 FETCH_BYTES = QuotaKey.CONSUMER_BYTE_RATE
 REQUEST_TIME = QuotaKey.REQUEST_PERCENTAGE
 
@@ -87,8 +87,8 @@ class QuotaSettle(ResponseStage):
                     # Delivered over the quota: held for its bytes at the quota, not Kafka's
                     # throttle, which lets the consumer through in window-sized bursts.
                     fetch_throttle = fetch.pace_ms(user, client_id, size, now, ctx.conn.charge_handles)
-                throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, fetch_throttle, now)
-                throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
+                throttle(engine, ctx, FETCH_BYTES, fetch_throttle, now)
+                throttle(engine, ctx, REQUEST_TIME, request_throttle, now)
                 if deliver:
                     return None  # delivered, charged, and muted for the throttle (above)
                 if switches.enforcing:
@@ -97,7 +97,7 @@ class QuotaSettle(ResponseStage):
                     fetch.unrecord(user, client_id, size, now)
                     return _empty(ctx, body, now)
                 return None
-        throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
+        throttle(engine, ctx, REQUEST_TIME, request_throttle, now)
         return None
 
     def _paced(self, ctx: RequestContext, body: memoryview, size: int, request_throttle: int,
@@ -117,11 +117,11 @@ class QuotaSettle(ResponseStage):
             wait = fetch.paced_wait_ms(user, client_id, now, handles)
         if deliver or not enforcing or not (wait or request_throttle):
             mute = fetch.record_and_get_throttle_ms(user, client_id, size, now, handles, paced=True)
-            throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, mute, now)
-            throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
+            throttle(engine, ctx, FETCH_BYTES, mute, now)
+            throttle(engine, ctx, REQUEST_TIME, request_throttle, now)
             return None
-        throttle(engine, ctx, QuotaKey.CONSUMER_BYTE_RATE, wait, now)
-        throttle(engine, ctx, QuotaKey.REQUEST_PERCENTAGE, request_throttle, now)
+        throttle(engine, ctx, FETCH_BYTES, wait, now)
+        throttle(engine, ctx, REQUEST_TIME, request_throttle, now)
         return _empty(ctx, body, now)
 
 
