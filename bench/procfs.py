@@ -12,9 +12,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, all its threads."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return sum(cpu_split(pid))
 
 
 def cpu_split(pid: int) -> tuple[float, float]:

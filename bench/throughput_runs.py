@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.procfs import (
-    cpu_seconds,
     cpu_split,
     descriptors,
     loadavg,
@@ -63,8 +62,6 @@ def measure(path: Route, args: Sequence[str]) -> dict[str, Any]:
     """Run one generator against `path`; its result, with the CPU the path's processes spent in
     the measured window, and what the rest of the machine spent meanwhile (other jobs)."""
     proc = generator(args)
-    cpu0: dict[str, float] = {}
-    cpu: dict[str, float] = {}
     split0: dict[str, list[float]] = {}
     split: dict[str, list[float]] = {}
     busy = 0.0
@@ -72,12 +69,10 @@ def measure(path: Route, args: Sequence[str]) -> dict[str, Any]:
     load = loadavg()
     for event in events(proc):
         if event["event"] == "open":
-            cpu0 = {role: cpu_seconds(pid) for role, pid in path.pids.items()}
             split0 = {role: _usage(pid) for role, pid in path.pids.items()}
             busy = machine_busy_seconds()
         elif event["event"] == "close":
             busy = machine_busy_seconds() - busy
-            cpu = {role: cpu_seconds(pid) - cpu0[role] for role, pid in path.pids.items()}
             split = {role: [b - a for a, b in zip(split0[role], _usage(pid), strict=True)]
                      for role, pid in path.pids.items()}
         elif event["event"] == "result":
@@ -85,6 +80,7 @@ def measure(path: Route, args: Sequence[str]) -> dict[str, Any]:
     if proc.wait(60) != 0 or result is None:
         raise _failed(proc, " ".join(args[:1]))
     result.pop("event")
+    cpu = {role: found[0] + found[1] for role, found in split.items()}  # user + system
     cpu["generator"] = result["generator_cpu_user"] + result["generator_cpu_system"]
     result["cpu_seconds"] = cpu
     # Per path process over the window: user and system CPU seconds, read and write system calls.
